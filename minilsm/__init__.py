@@ -1,0 +1,31 @@
+"""minilsm: a log-structured merge key-value store with Bloom filters you can measure."""
+
+from minilsm.bloom import BloomFilter, expected_fpr, key_hash, optimal_params
+from minilsm.errors import (
+    ClosedError,
+    CorruptionError,
+    Error,
+    ExistsError,
+    LockError,
+    NotFoundError,
+    ReadOnlyError,
+    StoreIOError,
+)
+from minilsm.options import Options
+
+__all__ = [
+    "BloomFilter",
+    "ClosedError",
+    "CorruptionError",
+    "Error",
+    "ExistsError",
+    "LockError",
+    "NotFoundError",
+    "Options",
+    "ReadOnlyError",
+    "StoreIOError",
+    "expected_fpr",
+    "key_hash",
+    "optimal_params",
+]
+__version__ = "0.1.0"

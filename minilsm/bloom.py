@@ -1,0 +1,300 @@
+"""Bloom filters: the structure that lets a read skip a table without touching its data.
+
+A Bloom filter over a set S answers "definitely not in S" or "maybe in S".  It
+is an array of m bits; adding a key sets k of them, and a query for a key that
+was never added finds all k set only with probability about
+``(1 - e^(-k n / m))^k`` (the false-positive rate), where n keys were added.
+
+Every SSTable embeds one over its user keys (see sstable/), so a point read can
+rule a table out with a few bit tests in memory instead of a disk read, as
+LevelDB, RocksDB and Cassandra do.
+
+Hashing.  A key is hashed once with XXH3-128 (stable across processes and
+platforms, unlike Python's salted `hash()`) into two independent 64-bit halves
+h1 and h2; probe i is ``(h1 + i * h2) mod m`` (Kirsch and Mitzenmacher, "Less
+hashing, same performance", 2006).  Because the pair depends only on the key,
+the store computes it once per read with `key_hash` and probes every table's
+filter with `may_contain_hash`.  (LevelDB instead rotates one 32-bit hash to get
+its probe step; with large filters that correlates the probes, and the
+false-positive rate at 10 bits per key climbs to about 1.5%.)
+
+Costs: `add`/`may_contain` hash once (O(len(key))) and touch k bits, O(k);
+`may_contain_hash` is O(k) and stops at the first clear bit, so an absent key
+costs about two bit tests on average at the optimal k.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable
+from typing import Final
+
+import xxhash
+
+from minilsm.errors import CorruptionError
+
+KeyHash = tuple[int, int]
+"""The (h1, h2) pair of one key: compute once with `key_hash`, probe many filters."""
+
+_MASK64: Final = (1 << 64) - 1
+_LN2: Final = math.log(2)
+
+MAX_K: Final = 30
+
+# Serialized form (all integers little-endian), documented in docs/FORMAT.md:
+#   magic u32 | format version u8 | hash scheme u8 | k u8 | reserved u8 |
+#   num_bits u64 | num_keys u64 | bit array, ceil(num_bits / 8) bytes | xxh64 checksum u64
+_MAGIC: Final = 0x46424C4D  # b"MLBF" read as a little-endian u32
+_FORMAT_VERSION: Final = 1
+HASH_SCHEME_XXH3_128_DOUBLE: Final = 1
+_HEADER: Final = struct.Struct("<IBBBBQQ")
+_CHECKSUM: Final = struct.Struct("<Q")
+SERIALIZED_OVERHEAD: Final = _HEADER.size + _CHECKSUM.size
+"""Bytes a serialized filter adds to its bit array (32)."""
+
+
+def key_hash(key: bytes) -> KeyHash:
+    """The (h1, h2) probe pair of `key`: one XXH3-128 digest split in two 64-bit halves.
+
+    h2 is forced odd so that it is never 0 (a zero step would make all k probes
+    hit one bit).  O(len(key)).
+    """
+    d = xxhash.xxh3_128_intdigest(key)
+    return d & _MASK64, (d >> 64) | 1
+
+
+def k_for_bits_per_key(bits_per_key: float) -> int:
+    """Probes per key for a filter of `bits_per_key`: round(bits_per_key * ln 2), kept in 1..30."""
+    return max(1, min(MAX_K, round(bits_per_key * _LN2)))
+
+
+def num_bits_for(n: int, bits_per_key: float) -> int:
+    """Bits of a filter over `n` keys: max(64, ceil(n * bits_per_key)); 0 when bits_per_key is 0."""
+    if bits_per_key <= 0:
+        return 0
+    return max(64, math.ceil(n * bits_per_key))
+
+
+def expected_fpr(m: int, n: int, k: int) -> float:
+    """The textbook false-positive rate (1 - e^(-k n / m))^k of m bits, n keys, k probes.
+
+    A filter with no bits (m == 0) says "maybe" to everything: rate 1.0.
+    """
+    if m <= 0 or k <= 0:
+        return 1.0
+    if n <= 0:
+        return 0.0
+    return float((1.0 - math.exp(-k * n / m)) ** k)
+
+
+def optimal_params(n: int, p: float) -> tuple[int, int]:
+    """(m, k) for `n` keys at target false-positive rate `p`, as Cassandra's bloom_filter_fp_chance.
+
+    m = ceil(-n ln p / (ln 2)^2) and k = ceil(m / n * ln 2).
+    """
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be between 0 and 1 (exclusive), got {p}")
+    m = math.ceil(-n * math.log(p) / (_LN2 * _LN2))
+    k = math.ceil(m / n * _LN2)
+    return m, max(1, min(MAX_K, k))
+
+
+def bits_per_key_for_fpr(p: float) -> float:
+    """Bits per key needed for false-positive rate `p` at the optimal k: -ln p / (ln 2)^2."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be between 0 and 1 (exclusive), got {p}")
+    return -math.log(p) / (_LN2 * _LN2)
+
+
+class BloomFilter:
+    """A Bloom filter of `num_bits` bits and `k` probes per key.
+
+    Build one with `for_keys` (bits per key, as LevelDB and RocksDB size them) or
+    `for_fpr` (a target rate, as Cassandra).  A filter with ``num_bits == 0`` is
+    "no filter": it answers maybe to every key, which is what ``bits_per_key=0``
+    means throughout minilsm.
+
+    >>> f = BloomFilter.for_keys(1000, bits_per_key=10)
+    >>> f.add(b"apple")
+    >>> b"apple" in f
+    True
+    """
+
+    __slots__ = ("num_bits", "k", "num_keys", "_bits")
+
+    def __init__(self, num_bits: int, k: int, bits: bytearray | None = None, num_keys: int = 0) -> None:
+        if num_bits < 0:
+            raise ValueError(f"num_bits must be >= 0, got {num_bits}")
+        if num_bits == 0:
+            k = 0
+        elif not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be in 1..{MAX_K}, got {k}")
+        nbytes = (num_bits + 7) // 8
+        if bits is None:
+            bits = bytearray(nbytes)
+        elif len(bits) != nbytes:
+            raise ValueError(f"bit array of {len(bits)} bytes does not hold {num_bits} bits")
+        self.num_bits = num_bits
+        self.k = k
+        self.num_keys = num_keys
+        self._bits = bits
+
+    @classmethod
+    def for_keys(cls, n: int, bits_per_key: float = 10.0) -> BloomFilter:
+        """An empty filter sized for `n` keys at `bits_per_key` (0 gives "no filter")."""
+        if bits_per_key < 0:
+            raise ValueError(f"bits_per_key must be >= 0, got {bits_per_key}")
+        m = num_bits_for(n, bits_per_key)
+        return cls(m, k_for_bits_per_key(bits_per_key) if m else 0)
+
+    @classmethod
+    def for_fpr(cls, n: int, p: float) -> BloomFilter:
+        """An empty filter sized for `n` keys at false-positive rate `p`."""
+        m, k = optimal_params(n, p)
+        return cls(max(64, m), k)
+
+    @classmethod
+    def from_keys(cls, keys: Iterable[bytes], n: int, bits_per_key: float = 10.0) -> BloomFilter:
+        """A filter sized for `n` keys holding every key of `keys`."""
+        f = cls.for_keys(n, bits_per_key)
+        for key in keys:
+            f.add(key)
+        return f
+
+    # -- adding -----------------------------------------------------------------
+
+    def add(self, key: bytes) -> None:
+        """Add `key`.  O(len(key) + k)."""
+        self.add_hash(key_hash(key))
+
+    def add_hash(self, h: KeyHash) -> None:
+        """Add the key whose `key_hash` is `h`.  O(k)."""
+        self.num_keys += 1
+        m = self.num_bits
+        if m == 0:
+            return
+        bits = self._bits
+        pos = h[0] % m
+        step = h[1] % m
+        for _ in range(self.k):
+            bits[pos >> 3] |= 1 << (pos & 7)
+            pos += step
+            if pos >= m:
+                pos -= m
+
+    # -- querying ---------------------------------------------------------------
+
+    def may_contain(self, key: bytes) -> bool:
+        """False if `key` was certainly never added; True if it may have been.  O(len(key) + k)."""
+        return self.may_contain_hash(key_hash(key))
+
+    __contains__ = may_contain
+
+    def may_contain_hash(self, h: KeyHash) -> bool:
+        """`may_contain` for a key already hashed with `key_hash`.  O(k), usually far less.
+
+        Probe i is (h1 + i * h2) mod m, walked incrementally so that the numbers
+        stay below m after the first reduction.
+        """
+        m = self.num_bits
+        if m == 0:
+            return True
+        bits = self._bits
+        pos = h[0] % m
+        step = h[1] % m
+        for _ in range(self.k):
+            if not bits[pos >> 3] & (1 << (pos & 7)):
+                return False
+            pos += step
+            if pos >= m:
+                pos -= m
+        return True
+
+    # -- measuring --------------------------------------------------------------
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the bit array."""
+        return len(self._bits)
+
+    @property
+    def bits_per_key(self) -> float:
+        """Bits per added key (0.0 before any key is added)."""
+        return self.num_bits / self.num_keys if self.num_keys else 0.0
+
+    def fill_ratio(self) -> float:
+        """Fraction of bits set; about 1/2 at the optimal k.  O(m)."""
+        if self.num_bits == 0:
+            return 1.0
+        return int.from_bytes(self._bits, "little").bit_count() / self.num_bits
+
+    def expected_fpr(self, n: int | None = None) -> float:
+        """Theoretical false-positive rate after `n` keys (default: the keys added)."""
+        return expected_fpr(self.num_bits, self.num_keys if n is None else n, self.k)
+
+    # -- combining --------------------------------------------------------------
+
+    def union(self, other: BloomFilter) -> BloomFilter:
+        """A new filter holding the keys of both (bitwise OR).
+
+        Filters trained in parallel on partitions of a data set combine this way;
+        they must have the same num_bits and k (and so the same hash scheme).
+        """
+        if not isinstance(other, BloomFilter):
+            return NotImplemented
+        if (self.num_bits, self.k) != (other.num_bits, other.k):
+            raise ValueError(
+                f"cannot union filters with different parameters: "
+                f"m={self.num_bits}, k={self.k} against m={other.num_bits}, k={other.k}"
+            )
+        merged = int.from_bytes(self._bits, "little") | int.from_bytes(other._bits, "little")
+        bits = bytearray(merged.to_bytes(len(self._bits), "little"))
+        return BloomFilter(self.num_bits, self.k, bits, self.num_keys + other.num_keys)
+
+    __or__ = union
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BloomFilter):
+            return NotImplemented
+        return (self.num_bits, self.k, self._bits) == (other.num_bits, other.k, other._bits)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"BloomFilter(num_bits={self.num_bits}, k={self.k}, num_keys={self.num_keys})"
+
+    # -- serialization ----------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The self-describing, checksummed form stored in SSTables (docs/FORMAT.md)."""
+        head = _HEADER.pack(
+            _MAGIC, _FORMAT_VERSION, HASH_SCHEME_XXH3_128_DOUBLE, self.k, 0, self.num_bits, self.num_keys
+        )
+        body = head + bytes(self._bits)
+        return body + _CHECKSUM.pack(xxhash.xxh64_intdigest(body))
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> BloomFilter:
+        """Decode `to_bytes` output.  Any damage raises `CorruptionError`, never a wrong filter."""
+        data = bytes(data)
+        if len(data) < SERIALIZED_OVERHEAD:
+            raise CorruptionError(f"bloom filter: {len(data)} bytes is shorter than its header")
+        magic, version, scheme, k, _reserved, num_bits, num_keys = _HEADER.unpack_from(data, 0)
+        if magic != _MAGIC:
+            raise CorruptionError(f"bloom filter: bad magic {magic:#x}")
+        (stored,) = _CHECKSUM.unpack_from(data, len(data) - _CHECKSUM.size)
+        if xxhash.xxh64_intdigest(data[: -_CHECKSUM.size]) != stored:
+            raise CorruptionError("bloom filter: checksum mismatch")
+        if version != _FORMAT_VERSION:
+            raise CorruptionError(f"bloom filter: unknown format version {version}")
+        if scheme != HASH_SCHEME_XXH3_128_DOUBLE:
+            raise CorruptionError(f"bloom filter: unknown hash scheme {scheme}")
+        nbytes = len(data) - SERIALIZED_OVERHEAD
+        if (num_bits + 7) // 8 != nbytes:
+            raise CorruptionError(f"bloom filter: {num_bits} bits do not fit a {nbytes}-byte array")
+        if (num_bits == 0) != (k == 0) or k > MAX_K:
+            raise CorruptionError(f"bloom filter: k={k} is invalid for {num_bits} bits")
+        return cls(num_bits, k, bytearray(data[_HEADER.size : _HEADER.size + nbytes]), num_keys)

@@ -1,0 +1,96 @@
+"""`Options`: every tunable of a store in one documented place, with LevelDB-like defaults.
+
+`DB(path, **kwargs)` builds an `Options` from keyword arguments, so
+``DB(path, bits_per_key=8)`` and ``DB(path, Options(bits_per_key=8))`` are the same.
+Sizes are scaled down from LevelDB's so that a Python store reaches several
+levels with data sets that fit a laptop benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from minilsm.fs import DEFAULT_FS, FileSystem
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Options of one store.  Immutable; use `dataclasses.replace` to vary one."""
+
+    # -- filters and tables --
+    bits_per_key: float = 10.0
+    """Bloom filter bits per key in each new table; 0 disables filters (every probe says maybe)."""
+    block_size: int = 4096
+    """Target size in bytes of a table's data block (the unit of a disk read)."""
+    block_cache_size: int = 8 << 20
+    """Bytes of decoded data blocks kept in memory (0 disables the cache).  Hits are counted apart from disk reads."""
+    max_open_files: int = 500
+    """Table files kept open at once (LRU); filters and indexes stay in memory regardless."""
+
+    # -- write path --
+    memtable_size: int = 4 << 20
+    """Approximate bytes of the memtable before it is frozen and flushed to a table."""
+    sync: bool = False
+    """fsync the log before acknowledging every write (per-call `sync=` overrides)."""
+    background: bool = True
+    """Run flushes and compactions in a background thread (False: inline, deterministic)."""
+
+    # -- opening --
+    create_if_missing: bool = True
+    error_if_exists: bool = False
+    paranoid_checks: bool = True
+    """A damaged log record followed by good ones is an error (True) or the end of recovery (False)."""
+
+    # -- compaction --
+    compaction_style: Literal["leveled", "tiered"] = "leveled"
+    level0_compaction_trigger: int = 4
+    """Level-0 tables that start a compaction into level 1."""
+    level0_stop_writes_trigger: int = 12
+    """Level-0 tables at which writes wait for compaction to catch up."""
+    level1_max_bytes: int = 10 << 20
+    level_size_multiplier: int = 10
+    target_file_size: int = 2 << 20
+    """Compaction output is split into tables of about this many bytes."""
+    max_levels: int = 7
+    tiered_min_threshold: int = 4
+    """Size-tiered: tables of similar size merged once this many exist."""
+    tiered_bucket_low: float = 0.5
+    tiered_bucket_high: float = 1.5
+
+    fs: FileSystem = field(default=DEFAULT_FS, repr=False, compare=False)
+    """The filesystem seam; tests pass a fault-injecting one."""
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ValueError(msg)
+
+        need(self.bits_per_key >= 0, f"bits_per_key must be >= 0, got {self.bits_per_key}")
+        need(self.block_size >= 64, f"block_size must be >= 64, got {self.block_size}")
+        need(self.block_cache_size >= 0, "block_cache_size must be >= 0")
+        need(self.max_open_files >= 1, "max_open_files must be >= 1")
+        need(self.memtable_size >= 1, "memtable_size must be >= 1")
+        need(self.compaction_style in ("leveled", "tiered"), "compaction_style must be 'leveled' or 'tiered'")
+        need(self.level0_compaction_trigger >= 1, "level0_compaction_trigger must be >= 1")
+        need(
+            self.level0_stop_writes_trigger >= self.level0_compaction_trigger,
+            "level0_stop_writes_trigger must be >= level0_compaction_trigger",
+        )
+        need(self.level1_max_bytes >= 1, "level1_max_bytes must be >= 1")
+        need(self.level_size_multiplier >= 2, "level_size_multiplier must be >= 2")
+        need(self.target_file_size >= 1, "target_file_size must be >= 1")
+        need(2 <= self.max_levels <= 20, "max_levels must be in 2..20")
+        need(self.tiered_min_threshold >= 2, "tiered_min_threshold must be >= 2")
+        need(0 < self.tiered_bucket_low <= 1 <= self.tiered_bucket_high, "tiered buckets must satisfy 0 < low <= 1 <= high")
+
+    @classmethod
+    def make(cls, options: Options | None = None, **kwargs: Any) -> Options:
+        """Options from an optional base plus keyword overrides; unknown names are a TypeError."""
+        base = options if options is not None else cls()
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"unknown option(s): {', '.join(unknown)}")
+        return dataclasses.replace(base, **kwargs) if kwargs else base

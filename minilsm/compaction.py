@@ -1,0 +1,248 @@
+"""Compaction: merging tables into fewer, larger ones and dropping dead data.
+
+Two styles, as in RocksDB:
+
+* **Leveled** (default; LevelDB, RocksDB).  Level 0 fills with flushed tables;
+  when it holds `level0_compaction_trigger` of them they are all merged with
+  the overlapping tables of level 1.  Level i >= 1 may hold
+  ``level1_max_bytes * level_size_multiplier**(i-1)`` bytes; past that, one of
+  its tables (round-robin by key) is merged into level i+1.  Reads probe few
+  tables (one per level); every byte is rewritten about once per level
+  (write amplification ~ multiplier x levels).
+* **Size-tiered** (Cassandra's STCS, RocksDB's universal).  Every table is a
+  sorted run in level 0; once `tiered_min_threshold` runs *adjacent in age*
+  have similar sizes (within `tiered_bucket_low`..`high` of their average) they
+  merge into one.  Writes are cheaper (each byte is rewritten about
+  log(N) times), but reads probe more tables and dead data lives longer.
+  Only runs adjacent in age merge, so "newest run first" stays a valid read
+  order (Cassandra instead reconciles by timestamp on every read).
+
+What may be dropped is decided by `drop_dead`, which flushes use too.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from minilsm.iterators import Entry, concat, merge
+from minilsm.keys import KIND_DELETE
+from minilsm.options import Options
+from minilsm.sstable.builder import TableBuilder, TableMeta
+from minilsm.sstable.reader import TableReader
+from minilsm.stats import Stats
+from minilsm.version import Version
+
+
+@dataclass
+class Compaction:
+    """One unit of compaction work: merge `inputs` (level `level`) with `overlaps` (level `output_level`)."""
+
+    level: int
+    output_level: int
+    inputs: list[TableReader]
+    overlaps: list[TableReader]
+    reason: str
+    split_output: bool = True
+    """Split output at target_file_size (leveled); a tiered run stays one table."""
+    drops_all_tombstones: bool = False
+    """True when nothing older than the inputs exists anywhere (tiered merge of the oldest runs)."""
+
+    @property
+    def all_inputs(self) -> list[TableReader]:
+        return self.inputs + self.overlaps
+
+    def input_bytes(self) -> int:
+        return sum(t.file_size for t in self.all_inputs)
+
+
+def max_bytes_for_level(options: Options, level: int) -> int:
+    """Size limit of level >= 1: level1_max_bytes * multiplier^(level-1)."""
+    return int(options.level1_max_bytes * options.level_size_multiplier ** (level - 1))
+
+
+def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes | None]) -> Compaction | None:
+    """The most urgent compaction, or None when every level is within its limits.  O(tables)."""
+    if options.compaction_style == "tiered":
+        return _pick_tiered(version, options)
+    best_level, best_score = -1, 1.0
+    for level in range(options.max_levels - 1):  # the last level has no limit: nowhere to go
+        if level == 0:
+            score = len(version.levels[0]) / options.level0_compaction_trigger
+        else:
+            score = version.level_bytes(level) / max_bytes_for_level(options, level)
+        if score >= best_score:
+            best_level, best_score = level, score
+    if best_level < 0:
+        return None
+    if best_level == 0:
+        return level0_compaction(version, "level 0 has too many tables")
+    tables = version.levels[best_level]
+    pointer = pointers[best_level] if best_level < len(pointers) else None
+    # Round-robin over the key space, as LevelDB's compact_pointer: the first table
+    # after the last one compacted, so that every key range gets its turn.
+    chosen = next((t for t in tables if pointer is None or t.smallest > pointer), tables[0])
+    overlaps = version.overlapping(best_level + 1, chosen.smallest, chosen.largest)
+    return Compaction(best_level, best_level + 1, [chosen], overlaps, f"level {best_level} over its size limit")
+
+
+def level0_compaction(version: Version, reason: str) -> Compaction | None:
+    """Every level-0 table, merged with the level-1 tables its key range overlaps.
+
+    All of them, not only those in some key range: level-0 tables overlap, and
+    moving a newer one below an older one that shares a key would make the
+    older version win reads.  (LevelDB expands its choice to every transitively
+    overlapping level-0 table; taking them all is the simple superset.)
+    """
+    inputs = list(version.levels[0])
+    if not inputs:
+        return None
+    lo = min(t.smallest for t in inputs)
+    hi = max(t.largest for t in inputs)
+    return Compaction(0, 1, inputs, version.overlapping(1, lo, hi), reason)
+
+
+def _pick_tiered(version: Version, options: Options) -> Compaction | None:
+    runs = version.levels[0]  # newest first
+    n = len(runs)
+    for i in range(n):
+        total = 0
+        j = i
+        # Grow a window of age-adjacent runs while each new one stays within the bucket
+        # around the window's running average size.
+        while j < n:
+            size = runs[j].file_size
+            if j > i:
+                avg = total / (j - i)
+                if not options.tiered_bucket_low * avg <= size <= options.tiered_bucket_high * avg:
+                    break
+            total += size
+            j += 1
+        if j - i >= options.tiered_min_threshold:
+            window = list(runs[i:j])
+            return Compaction(
+                0, 0, window, [], f"{len(window)} runs of similar size", split_output=False,
+                drops_all_tombstones=(j == n and version.bottom_level_with_data() == 0),
+            )
+    return None
+
+
+def manual_compaction(version: Version, smallest: bytes | None, largest: bytes | None,
+                      options: Options) -> Compaction | None:
+    """The next step of `compact_range`: push the data in [smallest, largest] down one level.
+
+    Leveled: called until it returns None; each step empties the range out of the
+    shallowest level above the deepest level holding data, so the loop ends.
+    Tiered: one step merges every run into one (runs must stay age-adjacent, so a
+    key range cannot be merged alone), dropping every tombstone no snapshot needs.
+    """
+    if options.compaction_style == "tiered":
+        runs = list(version.levels[0])
+        if not runs or (len(runs) == 1 and runs[0].meta.num_deletions == 0):
+            return None
+        return Compaction(0, 0, runs, [], "manual compaction", split_output=False, drops_all_tombstones=True)
+    bottom = max(1, version.bottom_level_with_data())
+    for level in range(bottom):
+        if level == 0:
+            if version.overlapping(0, smallest, largest):
+                return level0_compaction(version, "manual compaction")
+            continue
+        inputs = version.overlapping(level, smallest, largest)
+        if inputs:
+            lo, hi = inputs[0].smallest, inputs[-1].largest
+            return Compaction(level, level + 1, inputs, version.overlapping(level + 1, lo, hi), "manual compaction")
+    return None
+
+
+def drop_dead(
+    versions: Iterator[Entry],
+    snapshots: Sequence[int],
+    can_drop_tombstone: Callable[[bytes], bool],
+    stats: Stats,
+) -> Iterator[Entry]:
+    """Keep only the versions some reader can still see.
+
+    `versions` is in internal order; `snapshots` are the live snapshots' sequence
+    numbers, ascending.  The snapshots cut the sequence axis into stripes; a
+    reader at any sequence sees, per key, only the newest version of its stripe,
+    so each stripe keeps its newest version and the rest are shadowed.  A
+    tombstone left as the oldest kept version of its key is dropped too, when
+    `can_drop_tombstone(key)` says nothing older can exist below.  O(1) per
+    version without snapshots, O(log snapshots) with.
+    """
+    cur: bytes | None = None
+    kept: list[Entry] = []
+    last_stripe = -1
+    for entry in versions:
+        key = entry[0]
+        stripe = bisect_left(snapshots, entry[1] >> 8) if snapshots else 0
+        if key != cur:
+            if kept:
+                yield from _settle(kept, can_drop_tombstone, stats)
+            kept = [entry]
+            cur, last_stripe = key, stripe
+        elif stripe == last_stripe:
+            stats.entries_dropped_shadowed += 1
+        else:
+            kept.append(entry)
+            last_stripe = stripe
+    if kept:
+        yield from _settle(kept, can_drop_tombstone, stats)
+
+
+def _settle(kept: list[Entry], can_drop_tombstone: Callable[[bytes], bool], stats: Stats) -> list[Entry]:
+    # Tombstones with nothing older beneath them hide nothing: drop from the oldest up.
+    while kept and kept[-1][1] & 0xFF == KIND_DELETE and can_drop_tombstone(kept[-1][0]):
+        kept.pop()
+        stats.tombstones_dropped += 1
+    return kept
+
+
+def write_tables(
+    entries: Iterator[Entry],
+    new_builder: Callable[[], TableBuilder],
+    target_file_size: int | None,
+) -> list[TableMeta]:
+    """Write `entries` into tables, starting a new one past `target_file_size` (None: one table).
+
+    A split falls only between user keys, so every version of a key lands in one
+    table and the tables of a level never share a key.
+    """
+    outputs: list[TableMeta] = []
+    builder: TableBuilder | None = None
+    last: bytes | None = None
+    try:
+        for key, trailer, value in entries:
+            if builder is None:
+                builder = new_builder()
+            elif target_file_size is not None and key != last and builder.estimated_size() >= target_file_size:
+                outputs.append(builder.finish())
+                builder = new_builder()
+            builder.add(key, trailer, value)
+            last = key
+        if builder is not None:
+            outputs.append(builder.finish())
+            builder = None
+    finally:
+        if builder is not None:
+            builder.abandon()
+    return outputs
+
+
+def compaction_entries(c: Compaction, version: Version, snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:
+    """The merged, cleaned stream a compaction writes."""
+    if c.level == 0:
+        # Level-0 tables (or tiered runs) overlap: each is its own source.
+        sources = [t.iter() for t in c.inputs]
+    else:
+        sources = [concat(t.iter() for t in c.inputs)]
+    if c.overlaps:
+        sources.append(concat(t.iter() for t in c.overlaps))
+    if c.drops_all_tombstones:
+        def can_drop(key: bytes) -> bool:
+            return True
+    else:
+        def can_drop(key: bytes) -> bool:
+            return c.output_level > 0 and not version.key_may_exist_below(c.output_level, key)
+    return drop_dead(merge(sources), snapshots, can_drop, stats)

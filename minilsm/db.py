@@ -1,0 +1,845 @@
+"""`DB`: the store a Python application opens.  Read this file top to bottom to see an LSM tree work.
+
+Write path (`put`, `delete`, `write`):
+  validate -> make room (maybe freeze the memtable and start a new log) ->
+  one checksummed log record per write or batch -> apply to the memtable ->
+  publish the new sequence number, so readers see the whole batch or none of it.
+
+Read path (`get`):
+  memtable -> frozen memtable -> `Version.get`: level-0 tables newest first,
+  then one table per deeper level; each table checks its key range, then its
+  Bloom filter (with the key hashed once for all tables), then reads one block.
+
+Background work (one thread, or inline with ``background=False``):
+  flush the frozen memtable to a level-0 table, then compact while some level
+  is over its limit.  Each ends by atomically replacing the manifest; files that
+  no live `Version` needs are deleted afterwards.
+
+Locking: `_mutex` serializes writers and guards the state that changes
+(memtables, version, manifest fields).  Point reads take no lock: they read
+`_mem`, `_imm` and `_version` in that order, and the background thread installs
+a new version *before* it drops the frozen memtable, so a reader always finds
+each write in at least one of the places it looks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+
+from minilsm import compaction
+from minilsm.batch import WriteBatch, decode_batch, encode_batch
+from minilsm.bloom import key_hash
+from minilsm.cache import LRUCache, TableFileCache
+from minilsm.errors import (
+    ClosedError,
+    CorruptionError,
+    Error,
+    ExistsError,
+    LockError,
+    NotFoundError,
+    ReadOnlyError,
+    StoreIOError,
+)
+from minilsm.iterators import Entry, concat, merge, prefix_bounds, visible
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_SEQUENCE, check_key, check_value
+from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
+from minilsm.memtable import MemTable
+from minilsm.options import Options
+from minilsm.sstable.builder import TableBuilder, TableMeta
+from minilsm.sstable.format import table_file_name
+from minilsm.sstable.reader import TableReader
+from minilsm.stats import Stats
+from minilsm.version import Trace, Version
+from minilsm.wal import LogWriter, log_file_name, read_log
+
+LOCK_NAME: Final = "LOCK"
+_FILE_RE: Final = re.compile(r"^(\d+)\.(sst|log)(\.tmp)?$")
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What `DB` found when it opened: logs replayed and any torn tail dropped."""
+
+    logs_replayed: int = 0
+    records_replayed: int = 0
+    dropped_bytes: int = 0
+    """Bytes of torn records dropped from log tails (a crash in the middle of an append)."""
+    corruption: str | None = None
+    """With paranoid_checks=False: the damage where recovery stopped, if any."""
+
+
+class DB:
+    """An embedded, durable, ordered key-value store over one directory.
+
+    >>> import tempfile, minilsm
+    >>> with minilsm.DB(tempfile.mkdtemp()) as db:
+    ...     db.put(b"k", b"v")
+    ...     db.get(b"k")
+    b'v'
+
+    Options come as an `Options` object, keyword arguments, or both (keywords win).
+    Keys and values are `bytes`; the empty key is valid.  A `DB` is safe to share
+    between threads.  Only one `DB` may have a directory open at a time, across
+    processes too (`LockError`).
+    """
+
+    # -- opening and closing -------------------------------------------------------
+
+    def __init__(self, path: str | os.PathLike[str], options: Options | None = None, **kwargs: Any) -> None:
+        self.options = Options.make(options, **kwargs)
+        self.path = os.fspath(path)
+        self._fs = self.options.fs
+        self._stats = Stats()
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
+        self._closed = True
+        self._closing = False
+        self._bg_error: BaseException | None = None
+        self._bg_thread: threading.Thread | None = None
+        self._bg_busy = False
+        self._compacting = False
+        self._snapshots: dict[int, int] = {}  # snapshot id -> its sequence number
+        self._snapshot_ids = 0
+        self._versions: weakref.WeakSet[Version] = weakref.WeakSet()  # every Version someone still holds
+        self._pending_outputs: set[int] = set()  # table numbers being written, not yet in a version
+        self._block_cache = LRUCache(self.options.block_cache_size) if self.options.block_cache_size else None
+        self._file_cache = TableFileCache(self._fs, self.options.max_open_files)
+        self._imm: MemTable | None = None
+        self._imm_log_number = 0  # the log holding the frozen memtable's writes
+        self._open()
+
+    def _open(self) -> None:
+        fs, path = self._fs, self.path
+        if fs.exists(path) and not os.path.isdir(path):
+            raise NotFoundError(f"{path} exists and is not a directory")
+        exists = fs.exists(f"{path}/{MANIFEST_NAME}")
+        if not exists:
+            if not self.options.create_if_missing:
+                raise NotFoundError(f"no minilsm store at {path} (create_if_missing is False)")
+            fs.makedirs(path)
+        elif self.options.error_if_exists:
+            raise ExistsError(f"a minilsm store already exists at {path} (error_if_exists is True)")
+        try:
+            self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
+        except BlockingIOError as e:
+            raise LockError(f"{path} is already open (by this or another process): {e}") from None
+        try:
+            self._recover(exists)
+        except BaseException:
+            self._file_lock.release()
+            raise
+        self._closed = False
+        if self.options.background:
+            self._bg_thread = threading.Thread(target=self._background_loop, name=f"minilsm-bg:{path}", daemon=True)
+            self._bg_thread.start()
+            with self._mutex:
+                self._cond.notify_all()  # recovery may have left compaction work
+
+    def _recover(self, exists: bool) -> None:
+        """Rebuild the in-memory state from the manifest, the tables and the logs.
+
+        Crash safety comes from the order of operations everywhere else: a table is
+        synced before the manifest names it, and a log is deleted only after the
+        manifest says its writes are in tables.  So here: trust the manifest, replay
+        every log it does not cover, write the result as a table, then delete what
+        no one references.
+        """
+        fs, path = self._fs, self.path
+        if exists:
+            state = read_manifest(fs, path)
+        else:
+            state = ManifestState(levels=[[] for _ in range(self.options.max_levels)])
+            if any(_FILE_RE.match(name) for name in fs.listdir(path)):
+                raise CorruptionError("table or log files present but no MANIFEST", f"{path}/{MANIFEST_NAME}")
+        if len(state.levels) > self.options.max_levels:
+            raise CorruptionError(
+                f"manifest has {len(state.levels)} levels but max_levels is {self.options.max_levels}",
+                f"{path}/{MANIFEST_NAME}",
+            )
+        self._next_file = state.next_file_number
+        self._last_seq = state.last_sequence
+        self._compact_pointers = list(state.compact_pointers) + [None] * (
+            self.options.max_levels - len(state.compact_pointers)
+        )
+        levels = []
+        for level in state.levels:
+            readers = []
+            for meta in level:
+                if not fs.exists(f"{path}/{table_file_name(meta.number)}"):
+                    raise CorruptionError("table listed in the manifest is missing", f"{path}/{table_file_name(meta.number)}")
+                readers.append(self._open_table(meta.number))
+                self._next_file = max(self._next_file, meta.number + 1)
+                self._last_seq = max(self._last_seq, meta.max_seq)
+            levels.append(readers)
+        self._install_version(Version(levels, self.options.max_levels))
+
+        # Replay the logs the manifest does not cover, oldest first.
+        mem = MemTable()
+        logs = sorted(n for n, kind, tmp in self._list_files() if kind == "log" and not tmp and n >= state.log_number)
+        records = dropped = 0
+        corruption: str | None = None
+        for number in logs:
+            self._next_file = max(self._next_file, number + 1)
+            log_path = f"{path}/{log_file_name(number)}"
+            result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
+            dropped += result.dropped_bytes
+            for payload in result.records:
+                seq, ops = decode_batch(payload, log_path)
+                for kind, key, value in ops:
+                    mem.add(key, seq, kind, value)
+                    seq += 1
+                self._last_seq = max(self._last_seq, seq - 1)
+                records += 1
+            if result.corruption is not None:
+                corruption = str(result.corruption)
+                break  # later logs hold later writes: applying them past a hole would reorder history
+        self.recovery = RecoveryReport(len(logs), records, dropped, corruption)
+
+        # A fresh log for new writes; the replayed memtable becomes a level-0 table.
+        self._mem = MemTable()
+        self._log = self._new_log()
+        with self._mutex:
+            if not mem.empty:
+                self._write_level0_table(mem)
+            self._write_manifest()
+            self._delete_obsolete_files()
+
+    def close(self) -> None:
+        """Finish background work in progress, close the log and release the directory.
+
+        Writes in the memtable are not flushed; they are in the log and come back
+        on the next open, as in LevelDB.  Closing twice is harmless.
+        """
+        with self._mutex:
+            if self._closed or self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        if self._bg_thread is not None:
+            self._bg_thread.join()
+        with self._mutex:
+            try:
+                self._log.close()
+            except OSError:
+                pass  # every acknowledged record was already handed to the OS
+            self._file_lock.release()
+            self._closed = True
+            self._closing = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> DB:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<minilsm.DB {self.path!r}{' closed' if self._closed else ''}>"
+
+    # -- writing ----------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes, *, sync: bool | None = None) -> None:
+        """Set `key` to `value`.  `sync=True` fsyncs the log before returning.
+
+        Cost: one log append (plus an fsync if syncing) and an O(log n) memtable insert.
+        """
+        self._write(((KIND_VALUE, check_key(key), check_value(value)),), sync)
+
+    def delete(self, key: bytes, *, sync: bool | None = None) -> None:
+        """Remove `key` (a tombstone; deleting a missing key is not an error, as in LevelDB)."""
+        self._write(((KIND_DELETE, check_key(key), b""),), sync)
+
+    def write_batch(self, *, sync: bool | None = None) -> WriteBatch:
+        """A batch applied atomically when its `with` block ends without an exception.
+
+        >>> with db.write_batch() as wb:          # doctest: +SKIP
+        ...     wb.put(b"a", b"1"); wb.delete(b"b")
+        """
+        return WriteBatch(_writer=lambda batch: self.write(batch, sync=sync))
+
+    def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
+        """Apply every operation of `batch` atomically: after a crash too, all or none."""
+        if not isinstance(batch, WriteBatch):
+            raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
+        ops = tuple(batch)
+        if ops:
+            self._write(ops, sync)
+
+    def _write(self, ops: tuple[tuple[int, bytes, bytes], ...] | list[tuple[int, bytes, bytes]],
+               sync: bool | None) -> None:
+        with self._mutex:
+            self._check_writable()
+            self._make_room()
+            seq = self._last_seq + 1
+            try:
+                written = self._log.add_record(encode_batch(seq, ops), self.options.sync if sync is None else sync)
+            except OSError as e:
+                # The log may now end in a partial record; appending more after it would
+                # bury the damage mid-log.  Refuse further writes until a reopen.
+                self._bg_error = e
+                raise StoreIOError(f"writing the log {self._log_path(self._log.number)} failed: {e}") from e
+            mem = self._mem
+            for kind, key, value in ops:
+                mem.add(key, seq, kind, value)
+                seq += 1
+            self._last_seq = seq - 1  # publish: readers now see the whole batch
+            st = self._stats
+            st.log_bytes_written += written
+            st.user_bytes_written += sum(len(k) + len(v) for _, k, v in ops)
+
+    def _check_writable(self) -> None:
+        if self._closed or self._closing:
+            raise ClosedError(f"{self.path}: the store is closed")
+        if self._bg_error is not None:
+            raise ReadOnlyError(f"{self.path}: the store is read-only after an I/O failure: {self._bg_error}") \
+                from self._bg_error
+
+    def _make_room(self) -> None:
+        """Before a write: freeze a full memtable, waiting if the previous one is not flushed yet."""
+        opts = self.options
+        while True:
+            self._check_writable()
+            if self._mem.approximate_size < opts.memtable_size:
+                return
+            if self._imm is not None:
+                # The previous memtable is still being flushed: writes wait here (LevelDB's stall).
+                self._wait_for_background()
+                continue
+            if (len(self._version.levels[0]) >= opts.level0_stop_writes_trigger
+                    and compaction.pick_compaction(self._version, opts, self._compact_pointers) is not None):
+                self._wait_for_background()
+                continue
+            self._freeze_memtable()
+            if not opts.background:
+                self._do_background_work()
+            return
+
+    def _freeze_memtable(self) -> None:
+        """The memtable becomes immutable; new writes go to a new memtable and a new log."""
+        old_log = self._log
+        new_log = self._new_log()
+        self._imm_log_number = old_log.number
+        self._imm = self._mem  # set before replacing _mem: a lock-free reader must never miss it
+        self._mem = MemTable()
+        self._log = new_log
+        try:
+            old_log.close()
+        except OSError:
+            pass  # its records were flushed to the OS on append; the log stays until the flush is durable
+        self._cond.notify_all()
+
+    def _new_log(self) -> LogWriter:
+        number = self._new_file_number()
+        f = self._fs.open_writable(self._log_path(number))
+        # The new file's name must survive a crash before the manifest can point at it.
+        self._fs.sync_dir(self.path)
+        return LogWriter(f, number)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of `key`, or `default` when it is absent or deleted.
+
+        Cost: two dict lookups for the memtables; then, per table that may hold the
+        key, a range check and a filter probe in memory, and one block read when
+        the filter says maybe.
+        """
+        if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
+            key = check_key(key)
+        if self._closed:
+            raise ClosedError(f"{self.path}: the store is closed")
+        return self._get(key, self._last_seq, default, None)
+
+    def _get(self, key: bytes, seq: int, default: Any, trace: Trace | None) -> Any:
+        stats = self._stats
+        stats.gets += 1
+        found = self._mem.get(key, seq)
+        where = "memtable"
+        if found is None:
+            imm = self._imm
+            if imm is not None:
+                found = imm.get(key, seq)
+                where = "immutable memtable"
+        if trace is not None:
+            trace.append({"source": "memtable", "outcome": "miss" if found is None else _outcome(found[0]),
+                          "where": where})
+        if found is None:
+            found = self._version.get(key, key_hash(key), seq, trace)
+            if found is not None and found[0] == KIND_VALUE:
+                stats.found_in_tables += 1
+                return found[1]
+        elif found[0] == KIND_VALUE:
+            stats.found_in_memtable += 1
+            return found[1]
+        stats.not_found += 1
+        return default
+
+    def iterator(self, start: bytes | None = None, stop: bytes | None = None, *, prefix: bytes | None = None,
+                 reverse: bool = False, include_key: bool = True, include_value: bool = True) -> DBIterator:
+        """Iterate over keys in [start, stop) (or those beginning with `prefix`) in order.
+
+        The view is fixed when the iterator is made: later writes, flushes and
+        compactions do not change what it yields.  Yields (key, value) pairs, or keys
+        or values alone, as plyvel does.  O(log sources) per version visited.
+        """
+        return self._iterator(self._last_seq, start, stop, prefix, reverse, include_key, include_value)
+
+    def _iterator(self, seq: int, start: bytes | None, stop: bytes | None, prefix: bytes | None, reverse: bool,
+                  include_key: bool, include_value: bool) -> DBIterator:
+        if self._closed:
+            raise ClosedError(f"{self.path}: the store is closed")
+        start = None if start is None else check_key(start)
+        stop = None if stop is None else check_key(stop)
+        if prefix is not None:
+            pstart, pstop = prefix_bounds(check_key(prefix))
+            start = pstart if start is None else max(start, pstart)
+            stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
+        mem, imm, version = self._mem, self._imm, self._version
+        sources: list[Iterator[Entry]] = [mem.iter(start, stop, reverse)]
+        if imm is not None:
+            sources.append(imm.iter(start, stop, reverse))
+        sources += [t.iter(start, stop, reverse) for t in version.levels[0]]
+        for tables in version.levels[1:]:
+            ordered = reversed(tables) if reverse else tables
+            sources.append(concat(t.iter(start, stop, reverse) for t in ordered if _meets(t, start, stop)))
+        pairs = visible(merge(sources, reverse), seq, reverse)
+        return DBIterator(pairs, version, include_key, include_value)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.iterator(include_value=False))
+
+    def snapshot(self) -> Snapshot:
+        """A consistent, read-only view of the store as it is now.  Release it with `close()` or `with`.
+
+        Compaction keeps every version a live snapshot can see, so hold snapshots
+        only as long as needed.
+        """
+        with self._mutex:
+            if self._closed:
+                raise ClosedError(f"{self.path}: the store is closed")
+            self._snapshot_ids += 1
+            sid = self._snapshot_ids
+            self._snapshots[sid] = self._last_seq
+            return Snapshot(self, sid, self._last_seq)
+
+    def _release_snapshot(self, sid: int) -> None:
+        with self._mutex:
+            self._snapshots.pop(sid, None)
+
+    # -- mapping sugar ---------------------------------------------------------------
+
+    def __getitem__(self, key: bytes) -> bytes:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value  # type: ignore[no-any-return]
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: bytes) -> None:
+        """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises)."""
+        with self._mutex:
+            # Under the mutex no writer can slip in between the check and the delete.
+            if self._get(check_key(key), self._last_seq, _MISSING, None) is _MISSING:
+                raise KeyError(key)
+        self.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key, _MISSING) is not _MISSING  # type: ignore[arg-type]
+
+    # -- flushing and compacting -------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the memtable to a level-0 table now, and wait until it is durable."""
+        with self._mutex:
+            self._check_writable()
+            while self._imm is not None:
+                self._wait_for_background()
+            if self._mem.empty:
+                return
+            self._freeze_memtable()
+            if not self.options.background:
+                self._do_background_work()
+            while self._imm is not None:
+                self._wait_for_background()
+
+    def compact_range(self, start: bytes | None = None, stop: bytes | None = None) -> None:
+        """Compact the keys in [start, stop] (None: unbounded) down to the bottom level.
+
+        Flushes the memtable first, so that afterwards the range is fully merged and
+        holds no shadowed version or tombstone that no snapshot needs.
+        """
+        start = None if start is None else check_key(start)
+        stop = None if stop is None else check_key(stop)
+        self.flush()
+        with self._mutex:
+            while self._compacting:
+                self._wait_for_background()
+            self._compacting = True
+            try:
+                steps = 0
+                while True:
+                    self._check_writable()
+                    c = compaction.manual_compaction(self._version, start, stop, self.options)
+                    if c is None:
+                        break
+                    self._run_compaction(c, manual=True)
+                    steps += 1
+                    if self.options.compaction_style == "tiered":
+                        break  # one merge of every run is the whole job
+            finally:
+                self._compacting = False
+                self._cond.notify_all()
+            if not self.options.background:
+                self._do_background_work()
+
+    # -- background work -----------------------------------------------------------
+
+    def _wait_for_background(self) -> None:
+        """Wait (mutex held) for the background thread, or do its work now when inline."""
+        if self.options.background:
+            if self._bg_error is not None:
+                self._check_writable()
+            self._cond.wait()
+        else:
+            self._do_background_work()
+
+    def _background_loop(self) -> None:
+        with self._mutex:
+            while True:
+                while not self._closing and self._bg_error is None and not self._has_background_work():
+                    self._cond.wait()
+                if self._closing or self._bg_error is not None:
+                    self._cond.notify_all()
+                    return
+                self._do_one_background_job()
+                self._cond.notify_all()
+
+    def _has_background_work(self) -> bool:
+        return self._imm is not None or (
+            not self._compacting
+            and compaction.pick_compaction(self._version, self.options, self._compact_pointers) is not None
+        )
+
+    def _do_background_work(self) -> None:
+        """Inline mode: flush and compact until nothing is due (mutex held)."""
+        while self._bg_error is None and self._has_background_work():
+            self._do_one_background_job()
+        self._check_writable()
+
+    def _do_one_background_job(self) -> None:
+        try:
+            if self._imm is not None:
+                self._flush_immutable()
+            else:
+                c = compaction.pick_compaction(self._version, self.options, self._compact_pointers)
+                if c is not None:
+                    self._compacting = True
+                    try:
+                        self._run_compaction(c, manual=False)
+                    finally:
+                        self._compacting = False
+        except Exception as e:  # noqa: BLE001 - any failure here must stop writes, not vanish in a thread
+            self._bg_error = e
+            self._cond.notify_all()
+
+    def _flush_immutable(self) -> None:
+        imm = self._imm
+        assert imm is not None
+        self._write_level0_table(imm)
+        # The new version holds the table, so readers may stop looking at _imm (in that
+        # order: see the module docstring).  Only once the manifest names the table is
+        # the frozen memtable's log garbage.
+        self._imm = None
+        self._write_manifest()
+        self._delete_obsolete_files()
+
+    def _write_level0_table(self, mem: MemTable) -> None:
+        """Write `mem` as a new level-0 table and install it (the manifest is the caller's)."""
+        number = self._new_file_number()
+        self._pending_outputs.add(number)
+        snapshots = sorted(self._snapshots.values())
+        try:
+            with self._unlocked():
+                entries = compaction.drop_dead(mem.entries(), snapshots, lambda key: False, self._stats)
+                metas = compaction.write_tables(entries, lambda: self._new_builder(number), None)
+                readers = [self._open_table(m.number) for m in metas]
+        finally:
+            self._pending_outputs.discard(number)
+        self._install_version(self._version.apply([], [(0, r) for r in readers], self.options.max_levels))
+        self._stats.flushes += 1
+        self._stats.flush_bytes_written += sum(m.file_size for m in metas)
+
+    def _run_compaction(self, c: compaction.Compaction, manual: bool) -> None:
+        """Merge the compaction's inputs into new tables and install them (mutex held)."""
+        opts = self.options
+        version = self._version
+        if not manual and c.level > 0 and len(c.inputs) == 1 and not c.overlaps:
+            # A trivial move, as LevelDB's: nothing to merge with, so just relabel the level.
+            t = c.inputs[0]
+            self._install_version(version.apply([t.number], [(c.output_level, t)], opts.max_levels))
+        else:
+            snapshots = sorted(self._snapshots.values())
+            numbers: list[int] = []
+
+            def new_builder() -> TableBuilder:
+                with self._number_lock():
+                    n = self._new_file_number()
+                    self._pending_outputs.add(n)
+                numbers.append(n)
+                return self._new_builder(n)
+
+            try:
+                with self._unlocked():
+                    entries = compaction.compaction_entries(c, version, snapshots, self._stats)
+                    target = opts.target_file_size if c.split_output else None
+                    metas = compaction.write_tables(entries, new_builder, target)
+                    readers = [self._open_table(m.number) for m in metas]
+            finally:
+                self._pending_outputs.difference_update(numbers)
+            removed = [t.number for t in c.all_inputs]
+            self._install_version(self._version.apply(removed, [(c.output_level, r) for r in readers],
+                                                      opts.max_levels))
+            self._stats.compaction_bytes_read += c.input_bytes()
+            self._stats.compaction_bytes_written += sum(m.file_size for m in metas)
+        if c.level > 0 and c.inputs:
+            self._compact_pointers[c.level] = c.inputs[-1].largest
+        self._stats.compactions += 1
+        self._write_manifest()
+        self._delete_obsolete_files()
+
+    def _unlocked(self) -> _Unlocked:
+        """Release the mutex around slow I/O in background mode; keep it inline (deterministic)."""
+        return _Unlocked(self._mutex if self.options.background else None)
+
+    def _number_lock(self) -> _Unlocked:
+        # File numbers are taken under the mutex; in background mode the caller released it.
+        return _Relocked(self._mutex if self.options.background else None)
+
+    # -- files, versions and the manifest ------------------------------------------------
+
+    def _new_file_number(self) -> int:
+        n = self._next_file
+        self._next_file = n + 1
+        return n
+
+    def _log_path(self, number: int) -> str:
+        return f"{self.path}/{log_file_name(number)}"
+
+    def _new_builder(self, number: int) -> TableBuilder:
+        return TableBuilder(self._fs, self.path, number, block_size=self.options.block_size,
+                            bits_per_key=self.options.bits_per_key)
+
+    def _open_table(self, number: int) -> TableReader:
+        return TableReader.open(self._fs, self.path, number, self._stats, block_cache=self._block_cache,
+                                file_cache=self._file_cache)
+
+    def _install_version(self, version: Version) -> None:
+        self._versions.add(version)
+        self._version = version
+
+    def _write_manifest(self) -> None:
+        write_manifest(self._fs, self.path, ManifestState(
+            next_file_number=self._next_file,
+            last_sequence=self._last_seq,
+            log_number=self._log_floor(),
+            levels=self._version.metas(),
+            compact_pointers=list(self._compact_pointers),
+        ))
+
+    def _log_floor(self) -> int:
+        """The oldest log still holding writes that no table has: replay starts here."""
+        return self._imm_log_number if self._imm is not None else self._log.number
+
+    def _list_files(self) -> Iterator[tuple[int, str, bool]]:
+        for name in self._fs.listdir(self.path):
+            m = _FILE_RE.match(name)
+            if m:
+                yield int(m.group(1)), m.group(2), m.group(3) is not None
+
+    def _delete_obsolete_files(self) -> None:
+        """Remove tables no live Version holds, logs the manifest no longer needs, and crash leftovers.
+
+        A Version stays alive while any read, iterator or the store itself holds it
+        (CPython frees it the moment the last holder lets go), so a table is never
+        deleted under a reader.
+        """
+        live = set(self._pending_outputs)
+        for v in list(self._versions):
+            live |= v.numbers()
+        keep_log = self._log_floor()
+        fs = self._fs
+        for number, kind, tmp in list(self._list_files()):
+            if kind == "sst" and (number in live and not tmp):
+                continue
+            if kind == "sst" and tmp and number in self._pending_outputs:
+                continue
+            if kind == "log" and not tmp and number >= keep_log:
+                continue
+            name = (table_file_name(number) if kind == "sst" else log_file_name(number)) + (".tmp" if tmp else "")
+            try:
+                fs.remove(f"{self.path}/{name}")
+            except FileNotFoundError:
+                pass
+            if kind == "sst":
+                self._file_cache.evict(number)
+        if fs.exists(f"{self.path}/{MANIFEST_NAME}.tmp"):
+            fs.remove(f"{self.path}/{MANIFEST_NAME}.tmp")
+
+    # -- introspection (refined by the observability layer) ---------------------------
+
+    @property
+    def version(self) -> Version:
+        """The current set of live tables (immutable)."""
+        return self._version
+
+    @property
+    def last_sequence(self) -> int:
+        return self._last_seq
+
+    def _live_snapshot_seqs(self) -> list[int]:
+        with self._mutex:
+            return sorted(self._snapshots.values())
+
+
+def _outcome(kind: int) -> str:
+    return "found" if kind == KIND_VALUE else "tombstone"
+
+
+def _meets(t: TableReader, start: bytes | None, stop: bytes | None) -> bool:
+    return (start is None or t.largest >= start) and (stop is None or t.smallest < stop)
+
+
+class _Unlocked:
+    """Context manager that releases a held lock and takes it back (no-op for None)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: threading.Lock | None) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            self._lock.acquire()
+
+
+class _Relocked(_Unlocked):
+    """Context manager that takes a lock for a moment inside an `_Unlocked` block."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        if self._lock is not None:
+            self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+
+class DBIterator:
+    """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted."""
+
+    __slots__ = ("_it", "_version")
+
+    def __init__(self, pairs: Iterator[tuple[bytes, bytes]], version: Version | None, include_key: bool,
+                 include_value: bool) -> None:
+        self._version = version  # keeps the tables it reads from being deleted
+        if include_key and include_value:
+            self._it: Iterator[Any] = pairs
+        elif include_key:
+            self._it = (k for k, _ in pairs)
+        elif include_value:
+            self._it = (v for _, v in pairs)
+        else:
+            raise ValueError("include_key and include_value cannot both be False")
+
+    def __iter__(self) -> DBIterator:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the tables this iterator pinned.  Further `next` calls stop iteration."""
+        self._version = None
+        self._it = iter(())
+
+    def __enter__(self) -> DBIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Snapshot:
+    """A read-only view of the store at one sequence number: `get`, `iterator`, `in`, `[]`."""
+
+    def __init__(self, db: DB, sid: int, seq: int) -> None:
+        self._db = db
+        self._sid = sid
+        self.sequence = seq
+        self._closed = False
+        # Release the snapshot if it is dropped without close(), so compaction is not held back forever.
+        self._finalizer = weakref.finalize(self, db._release_snapshot, sid)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ClosedError("the snapshot is closed")
+        if self._db.closed:
+            raise ClosedError(f"{self._db.path}: the store is closed")
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        self._check()
+        return self._db._get(check_key(key), self.sequence, default, None)
+
+    def iterator(self, start: bytes | None = None, stop: bytes | None = None, *, prefix: bytes | None = None,
+                 reverse: bool = False, include_key: bool = True, include_value: bool = True) -> DBIterator:
+        self._check()
+        return self._db._iterator(self.sequence, start, stop, prefix, reverse, include_key, include_value)
+
+    def __getitem__(self, key: bytes) -> bytes:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key, _MISSING) is not _MISSING  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.iterator(include_value=False))
+
+    def close(self) -> None:
+        """Release the snapshot: compaction may now drop the versions only it could see."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

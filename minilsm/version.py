@@ -1,0 +1,148 @@
+"""A `Version`: the immutable set of live tables, by level, that a read runs against.
+
+Level 0 holds tables flushed from memtables (and, under size-tiered
+compaction, every sorted run); they may overlap, so a read probes each one
+whose key range holds the key, newest first.  Levels 1 and deeper each form one
+sorted run of non-overlapping tables, so a read probes at most one table per
+level, found by binary search over the tables' largest keys.
+
+Flushes and compactions never change a Version: they build a new one and
+install it.  A read or an iterator that holds the old one keeps using it, and
+its files are not deleted until nothing holds it (see `db.py`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+
+from minilsm.bloom import KeyHash
+from minilsm.sstable.builder import TableMeta
+from minilsm.sstable.reader import TableReader
+
+Trace = list[dict[str, object]]
+
+
+class Version:
+    """Live tables by level.  Build with `Version(levels)` or `version.apply(...)`; never mutated."""
+
+    __slots__ = ("__weakref__", "_sorted_levels", "levels")
+
+    def __init__(self, levels: Iterable[Iterable[TableReader]], max_levels: int) -> None:
+        lv = [list(level) for level in levels]
+        lv += [[] for _ in range(max_levels - len(lv))]
+        # Level 0 newest first: flushed tables hold disjoint, increasing sequence ranges,
+        # so max_seq orders them by age (file number breaks ties for empty ranges).
+        lv[0].sort(key=lambda t: (t.meta.max_seq, t.number), reverse=True)
+        for level in lv[1:]:
+            level.sort(key=lambda t: t.smallest)
+        self.levels: tuple[tuple[TableReader, ...], ...] = tuple(tuple(level) for level in lv)
+        # For levels 1+, the largest keys of the tables, to bisect on; empty levels are left out
+        # so that a read does not even loop over them.
+        self._sorted_levels: tuple[tuple[list[bytes], tuple[TableReader, ...]], ...] = tuple(
+            ([t.largest for t in level], level) for level in self.levels[1:] if level
+        )
+
+    # -- the read path ------------------------------------------------------------
+
+    def get(self, key: bytes, h: KeyHash, seq: int, trace: Trace | None = None) -> tuple[int, bytes] | None:
+        """The newest version of `key` with sequence <= `seq` in any table: (kind, value), or None.
+
+        Probes level-0 tables newest first, then at most one table per deeper level.
+        Each table checks its key range, then its filter, and only then reads a block.
+        O(L0 tables + sum over levels of log(tables in level)) filter probes at most.
+        """
+        for table in self.levels[0]:
+            found = table.get(key, h, seq, trace)
+            if found is not None:
+                return found
+        for largest, tables in self._sorted_levels:
+            i = bisect_left(largest, key)
+            if i < len(tables):
+                found = tables[i].get(key, h, seq, trace)
+                if found is not None:
+                    return found
+        return None
+
+    def tables_for_key(self, key: bytes) -> Iterator[tuple[int, TableReader]]:
+        """(level, table) pairs a point read of `key` would consider, in probe order (for may_contain)."""
+        yield from ((0, t) for t in self.levels[0])
+        for level, tables in enumerate(self.levels[1:], start=1):
+            i = bisect_left([t.largest for t in tables], key)
+            if i < len(tables):
+                yield level, tables[i]
+
+    # -- views for compaction and reporting -------------------------------------
+
+    def tables(self) -> Iterator[tuple[int, TableReader]]:
+        """Every (level, table), level 0 first."""
+        for level, tables in enumerate(self.levels):
+            for t in tables:
+                yield level, t
+
+    def numbers(self) -> set[int]:
+        return {t.number for level in self.levels for t in level}
+
+    def level_bytes(self, level: int) -> int:
+        return sum(t.file_size for t in self.levels[level])
+
+    def overlapping(self, level: int, smallest: bytes | None, largest: bytes | None) -> list[TableReader]:
+        """Tables of `level` whose key range meets [smallest, largest] (None: unbounded)."""
+        tables = self.levels[level]
+        if level > 0 and smallest is not None:
+            # Sorted, disjoint: skip the tables wholly below `smallest` by bisection.
+            start = bisect_left([t.largest for t in tables], smallest)
+            tables = tables[start:]
+        out = []
+        for t in tables:
+            if largest is not None and t.smallest > largest:
+                if level > 0:
+                    break
+                continue
+            if smallest is not None and t.largest < smallest:
+                continue
+            out.append(t)
+        return out
+
+    def bottom_level_with_data(self) -> int:
+        """The deepest non-empty level (0 for an empty store)."""
+        for level in range(len(self.levels) - 1, -1, -1):
+            if self.levels[level]:
+                return level
+        return 0
+
+    def key_may_exist_below(self, level: int, key: bytes) -> bool:
+        """Whether a level deeper than `level` holds a table whose range covers `key`.
+
+        Compaction may drop a tombstone only when this is False: otherwise an older
+        value below would come back to life.
+        """
+        for tables in self.levels[level + 1 :]:
+            i = bisect_right([t.smallest for t in tables], key)
+            if i and tables[i - 1].largest >= key:
+                return True
+        return False
+
+    def apply(
+        self, removed: Iterable[int], added: Iterable[tuple[int, TableReader]], max_levels: int
+    ) -> Version:
+        """A new Version without the tables numbered in `removed` and with `added` (level, table) pairs."""
+        gone = set(removed)
+        levels = [[t for t in level if t.number not in gone] for level in self.levels]
+        for level, t in added:
+            levels[level].append(t)
+        return Version(levels, max_levels)
+
+    def metas(self) -> list[list[TableMeta]]:
+        """The per-level table descriptions the manifest records."""
+        return [[t.meta for t in level] for level in self.levels]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless levels 1+ are sorted and free of overlaps (used by tests)."""
+        for level, tables in enumerate(self.levels[1:], start=1):
+            for a, b in zip(tables, tables[1:], strict=False):
+                if not a.largest < b.smallest:
+                    raise AssertionError(
+                        f"level {level}: table {a.number} [{a.smallest!r}..{a.largest!r}] overlaps or precedes "
+                        f"table {b.number} [{b.smallest!r}..{b.largest!r}]"
+                    )

@@ -1,5 +1,6 @@
 """minilsm: a log-structured merge key-value store with Bloom filters you can measure."""
 
+from minilsm.batch import WriteBatch
 from minilsm.bloom import BloomFilter, expected_fpr, key_hash, optimal_params
 from minilsm.errors import (
     ClosedError,
@@ -11,10 +12,16 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
+from minilsm.db import DB, DBIterator, RecoveryReport, Snapshot
 from minilsm.options import Options
 
 __all__ = [
+    "DB",
     "BloomFilter",
+    "DBIterator",
+    "RecoveryReport",
+    "Snapshot",
+    "WriteBatch",
     "ClosedError",
     "CorruptionError",
     "Error",

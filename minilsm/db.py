@@ -491,14 +491,14 @@ class DB:
                 self._wait_for_background()
             self._compacting = True
             try:
-                steps = 0
                 while True:
                     self._check_writable()
                     c = compaction.manual_compaction(self._version, start, stop, self.options)
                     if c is None:
                         break
                     self._run_compaction(c, manual=True)
-                    steps += 1
+                    del c
+                    self._delete_obsolete_files()
                     if self.options.compaction_style == "tiered":
                         break  # one merge of every run is the whole job
             finally:
@@ -553,6 +553,9 @@ class DB:
                         self._run_compaction(c, manual=False)
                     finally:
                         self._compacting = False
+                    del c
+            # Here, outside the job, no local still holds the version it replaced.
+            self._delete_obsolete_files()
         except Exception as e:  # noqa: BLE001 - any failure here must stop writes, not vanish in a thread
             self._bg_error = e
             self._cond.notify_all()
@@ -566,7 +569,6 @@ class DB:
         # the frozen memtable's log garbage.
         self._imm = None
         self._write_manifest()
-        self._delete_obsolete_files()
 
     def _write_level0_table(self, mem: MemTable) -> None:
         """Write `mem` as a new level-0 table and install it (the manifest is the caller's)."""
@@ -620,7 +622,6 @@ class DB:
             self._compact_pointers[c.level] = c.inputs[-1].largest
         self._stats.compactions += 1
         self._write_manifest()
-        self._delete_obsolete_files()
 
     def _unlocked(self) -> _Unlocked:
         """Release the mutex around slow I/O in background mode; keep it inline (deterministic)."""
@@ -696,11 +697,18 @@ class DB:
             except FileNotFoundError:
                 pass
             if kind == "sst":
-                self._file_cache.evict(number)
+                self._file_cache.evict(f"{self.path}/{name}")
         if fs.exists(f"{self.path}/{MANIFEST_NAME}.tmp"):
             fs.remove(f"{self.path}/{MANIFEST_NAME}.tmp")
 
     # -- introspection (refined by the observability layer) ---------------------------
+
+    def stats(self, reset: bool = False) -> Stats:
+        """A copy of the counters; with `reset`, also zero them."""
+        snap = self._stats.copy()
+        if reset:
+            self._stats.reset()
+        return snap
 
     @property
     def version(self) -> Version:

@@ -1,0 +1,35 @@
+"""Shared pytest configuration: options for the long runs, and store fixtures."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", help="run the long soak, crash and fault runs")
+    parser.addoption("--kills", type=int, default=None, help="SIGKILL crash test: number of kills")
+    parser.addoption("--minutes", type=float, default=None, help="soak test: minutes to run")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="long run: use --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def db_path(tmp_path: object) -> Iterator[str]:
+    yield os.path.join(str(tmp_path), "db")

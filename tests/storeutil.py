@@ -1,0 +1,51 @@
+"""Helpers shared by the store tests."""
+
+from __future__ import annotations
+
+import minilsm
+from minilsm.db import DB
+
+
+def crash(db: DB) -> None:
+    """Drop a store as a killed process would: no close, no flush of the memtable.
+
+    The log has already handed every acknowledged record to the OS (a process crash
+    loses nothing the OS has), so what remains is to stop the background thread at
+    its next pause and release the directory lock that the dead process held.
+    """
+    with db._mutex:
+        db._closing = True
+        db._cond.notify_all()
+    if db._bg_thread is not None:
+        db._bg_thread.join()
+    db._file_lock.release()
+    db._closed = True
+
+
+def check_invariants(db: DB) -> None:
+    """Levels 1+ sorted and disjoint; every table file on disk is live or being written."""
+    import os
+
+    with db._mutex:  # the background thread changes files and versions only under the mutex
+        db.version.check_invariants()
+        live = db.version.numbers() | db._pending_outputs
+        for v in list(db._versions):
+            live |= v.numbers()
+        on_disk = {int(n.split(".")[0]) for n in os.listdir(db.path) if n.endswith(".sst")}
+    assert on_disk <= live, f"orphan tables on disk: {sorted(on_disk - live)}"
+    for n in db.version.numbers():
+        assert n in on_disk, f"table {n} is in the version but not on disk"
+
+
+def small_options(**kw: object) -> dict[str, object]:
+    """Options that make a few hundred writes flush and compact many times."""
+    opts: dict[str, object] = dict(
+        memtable_size=2048, block_size=256, target_file_size=2048, level1_max_bytes=8192,
+        level_size_multiplier=2, level0_compaction_trigger=2, level0_stop_writes_trigger=6, max_levels=4,
+        background=False, block_cache_size=4096,
+    )
+    opts.update(kw)
+    return opts
+
+
+__all__ = ["check_invariants", "crash", "minilsm", "small_options"]

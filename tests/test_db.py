@@ -1,0 +1,324 @@
+"""The public API of `minilsm.DB`: reads, writes, batches, iterators, snapshots, options and errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from storeutil import check_invariants, crash, small_options
+
+import minilsm
+from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
+
+
+@pytest.fixture(params=[False, True], ids=["inline", "background"])
+def db(request: pytest.FixtureRequest, db_path: str):  # type: ignore[no-untyped-def]
+    d = minilsm.DB(db_path, **small_options(background=request.param))
+    yield d
+    d.close()
+
+
+def fill(db: minilsm.DB, n: int, prefix: bytes = b"k") -> dict[bytes, bytes]:
+    data = {prefix + b"%05d" % i: b"v%d" % i * 7 for i in range(n)}
+    for k, v in data.items():
+        db.put(k, v)
+    return data
+
+
+def test_put_get_delete_and_defaults(db: minilsm.DB) -> None:
+    db.put(b"k", b"v")
+    assert db.get(b"k") == b"v"
+    assert db.get(b"x") is None
+    assert db.get(b"x", default=b"d") == b"d"
+    db.delete(b"k")
+    assert db.get(b"k") is None
+    db.delete(b"never-there")  # not an error, as in LevelDB
+
+
+def test_empty_key_and_empty_value_are_valid(db: minilsm.DB) -> None:
+    db.put(b"", b"")
+    assert db.get(b"") == b""
+    assert b"" in db
+    db.flush()
+    assert db.get(b"") == b""
+    assert list(db.iterator()) == [(b"", b"")]
+
+
+def test_mapping_sugar_has_exact_answers(db: minilsm.DB) -> None:
+    db[b"a"] = b"1"
+    assert db[b"a"] == b"1"
+    assert b"a" in db and b"b" not in db
+    with pytest.raises(KeyError):
+        db[b"b"]
+    del db[b"a"]
+    assert b"a" not in db
+    with pytest.raises(KeyError):
+        del db[b"a"]
+    db[b"x"] = b"1"
+    db[b"y"] = b"2"
+    assert list(db) == [b"x", b"y"]
+
+
+def test_reads_survive_flushes_compactions_and_reopen(db_path: str) -> None:
+    with minilsm.DB(db_path, **small_options()) as db:
+        data = fill(db, 600)
+        for i in range(0, 600, 3):
+            k = b"k%05d" % i
+            db.delete(k)
+            del data[k]
+        for i in range(1, 600, 5):
+            k = b"k%05d" % i
+            data[k] = b"new"
+            db.put(k, b"new")
+        assert db.stats().flushes > 3 and db.stats().compactions > 0
+        check_invariants(db)
+        assert list(db.iterator()) == sorted(data.items())
+    with minilsm.DB(db_path, **small_options()) as db:
+        for k in (b"k%05d" % i for i in range(600)):
+            assert db.get(k) == data.get(k)
+        db.compact_range()
+        check_invariants(db)
+        assert list(db.iterator()) == sorted(data.items())
+        assert list(db.iterator(reverse=True)) == sorted(data.items(), reverse=True)
+
+
+def test_iterator_bounds_prefix_reverse_and_projection(db: minilsm.DB) -> None:
+    for k in [b"a", b"ab", b"abc", b"b", b"ba", b"c", b"\xff", b"\xff\xff"]:
+        db.put(k, k.upper())
+    db.flush()
+    db.put(b"abd", b"ABD")
+    assert [k for k, _ in db.iterator(start=b"ab", stop=b"b")] == [b"ab", b"abc", b"abd"]
+    assert [k for k, _ in db.iterator(prefix=b"ab")] == [b"ab", b"abc", b"abd"]
+    assert [k for k, _ in db.iterator(prefix=b"ab", reverse=True)] == [b"abd", b"abc", b"ab"]
+    assert [k for k, _ in db.iterator(prefix=b"\xff")] == [b"\xff", b"\xff\xff"]
+    assert list(db.iterator(start=b"b", stop=b"c", include_value=False)) == [b"b", b"ba"]
+    assert list(db.iterator(start=b"c", include_key=False)) == [b"C", b"\xff".upper(), b"\xff\xff".upper()]
+    assert list(db.iterator(start=b"z", stop=b"a")) == []
+    with pytest.raises(ValueError):
+        db.iterator(include_key=False, include_value=False)
+
+
+def test_iterator_sees_a_fixed_view(db: minilsm.DB) -> None:
+    fill(db, 200)
+    it = db.iterator()
+    first = next(it)
+    for i in range(200):
+        db.put(b"k%05d" % i, b"changed")
+    db.put(b"zzz", b"new")
+    db.flush()
+    db.compact_range()
+    rest = list(it)
+    assert first == (b"k00000", b"v0" * 7)
+    assert len(rest) == 199
+    assert all(v != b"changed" for _, v in rest)
+    assert db.get(b"k00001") == b"changed"
+
+
+def test_snapshot_keeps_the_old_view_through_compaction(db: minilsm.DB) -> None:
+    data = fill(db, 300)
+    with db.snapshot() as snap:
+        for k in list(data)[:150]:
+            db.delete(k)
+        for k in list(data)[150:]:
+            db.put(k, b"overwritten")
+        db.flush()
+        db.compact_range()
+        assert snap.get(b"k00000") == data[b"k00000"]
+        assert snap[b"k00200"] == data[b"k00200"]
+        assert list(snap.iterator()) == sorted(data.items())
+        assert db.get(b"k00000") is None
+        assert db.get(b"k00200") == b"overwritten"
+    with pytest.raises(minilsm.ClosedError):
+        snap.get(b"k00000")
+
+
+def test_write_batch_is_atomic_and_discarded_on_exception(db: minilsm.DB) -> None:
+    db.put(b"b", b"old")
+    with db.write_batch() as wb:
+        wb.put(b"a", b"1")
+        wb.delete(b"b")
+    assert db.get(b"a") == b"1" and db.get(b"b") is None
+    with pytest.raises(RuntimeError), db.write_batch() as wb:
+        wb.put(b"c", b"3")
+        raise RuntimeError("boom")
+    assert db.get(b"c") is None
+    batch = minilsm.WriteBatch()
+    batch.put(b"d", b"4")
+    batch.put(b"d", b"5")  # later op in a batch wins, as in LevelDB
+    db.write(batch)
+    assert db.get(b"d") == b"5"
+
+
+def test_type_errors_and_size_limits_lose_nothing(db: minilsm.DB) -> None:
+    db.put(b"keep", b"me")
+    with pytest.raises(TypeError, match="bytes, not str"):
+        db.put("k", b"v")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes, not str"):
+        db.put(b"k", "v")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        db.get(123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        db.write([(b"a", b"b")])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="maximum"):
+        db.put(b"x" * (MAX_KEY_SIZE + 1), b"v")
+    with pytest.raises(ValueError, match="maximum"):
+        db.put(b"k", b"x" * (MAX_VALUE_SIZE + 1))
+    with pytest.raises(TypeError):
+        with db.write_batch() as wb:
+            wb.put(b"ok", b"1")
+            wb.put("bad", b"2")  # type: ignore[arg-type]
+    assert db.get(b"ok") is None
+    assert db.get(b"keep") == b"me"
+    db.put(bytearray(b"ba"), memoryview(b"mv"))  # bytes-like values are copied, not refused
+    assert db.get(b"ba") == b"mv"
+
+
+def test_closed_store_raises_clear_errors(db_path: str) -> None:
+    db = minilsm.DB(db_path)
+    db.put(b"k", b"v")
+    db.close()
+    db.close()  # idempotent
+    for call in (lambda: db.get(b"k"), lambda: db.put(b"k", b"v"), lambda: db.delete(b"k"),
+                 lambda: db.iterator(), lambda: db.snapshot(), lambda: db.flush()):
+        with pytest.raises(minilsm.ClosedError):
+            call()
+    with minilsm.DB(db_path) as db2:
+        assert db2.get(b"k") == b"v"
+
+
+def test_second_open_is_refused_in_process_and_across_processes(db_path: str) -> None:
+    with minilsm.DB(db_path) as db:
+        db.put(b"k", b"v")
+        with pytest.raises(minilsm.LockError):
+            minilsm.DB(db_path)
+        code = f"import minilsm\ntry:\n    minilsm.DB({db_path!r})\nexcept minilsm.LockError:\n    print('locked')\n"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+        assert out.stdout.strip() == "locked", out.stderr
+        assert db.get(b"k") == b"v"
+
+
+def test_create_if_missing_and_error_if_exists(db_path: str) -> None:
+    with pytest.raises(minilsm.NotFoundError):
+        minilsm.DB(db_path, create_if_missing=False)
+    minilsm.DB(db_path).close()
+    with pytest.raises(minilsm.ExistsError):
+        minilsm.DB(db_path, error_if_exists=True)
+    with pytest.raises(TypeError, match="unknown option"):
+        minilsm.DB(db_path, bits_per_keyy=3)
+    with pytest.raises(ValueError):
+        minilsm.DB(db_path, bits_per_key=-1)
+    with minilsm.DB(db_path, minilsm.Options(bits_per_key=4), block_size=1024) as db:
+        assert db.options.bits_per_key == 4 and db.options.block_size == 1024
+
+
+def test_a_file_in_place_of_the_directory_is_a_clear_error(tmp_path: object) -> None:
+    p = os.path.join(str(tmp_path), "file")
+    with open(p, "w") as f:
+        f.write("x")
+    with pytest.raises(minilsm.Error):
+        minilsm.DB(p)
+
+
+def test_crash_without_close_recovers_from_the_log(db_path: str) -> None:
+    db = minilsm.DB(db_path, **small_options())
+    data = fill(db, 250)
+    db.delete(b"k00007")
+    del data[b"k00007"]
+    crash(db)
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.recovery.records_replayed > 0
+        assert list(db.iterator()) == sorted(data.items())
+
+
+def test_torn_log_tail_is_dropped_and_reported(db_path: str) -> None:
+    db = minilsm.DB(db_path, memtable_size=1 << 20)
+    for i in range(10):
+        db.put(b"k%d" % i, b"v" * 50)
+    crash(db)
+    logs = sorted(n for n in os.listdir(db_path) if n.endswith(".log"))
+    last = os.path.join(db_path, logs[-1])
+    size = os.path.getsize(last)
+    with open(last, "r+b") as f:
+        f.truncate(size - 20)  # the last record loses its tail, as if the crash hit mid-append
+    with minilsm.DB(db_path) as db:
+        assert db.recovery.dropped_bytes > 0
+        assert [db.get(b"k%d" % i) for i in range(9)] == [b"v" * 50] * 9
+        assert db.get(b"k9") is None
+
+
+def test_damaged_log_record_in_the_middle_is_corruption_unless_paranoid_is_off(db_path: str) -> None:
+    db = minilsm.DB(db_path, memtable_size=1 << 20)
+    for i in range(10):
+        db.put(b"k%d" % i, b"v" * 50)
+    crash(db)
+    logs = sorted(n for n in os.listdir(db_path) if n.endswith(".log"))
+    last = os.path.join(db_path, logs[-1])
+    with open(last, "r+b") as f:
+        f.seek(os.path.getsize(last) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path)
+    assert logs[-1] in str(e.value)
+    with minilsm.DB(db_path, paranoid_checks=False) as db:
+        assert db.recovery.corruption is not None
+        got = [db.get(b"k%d" % i) for i in range(10)]
+        n = got.index(None)
+        assert got[:n] == [b"v" * 50] * n and all(g is None for g in got[n:])
+
+
+def test_missing_table_is_corruption(db_path: str) -> None:
+    with minilsm.DB(db_path) as db:
+        fill(db, 50)
+        db.flush()
+    sst = [n for n in os.listdir(db_path) if n.endswith(".sst")]
+    os.remove(os.path.join(db_path, sst[0]))
+    with pytest.raises(minilsm.CorruptionError, match=sst[0]):
+        minilsm.DB(db_path)
+
+
+def test_orphan_files_from_a_crash_are_removed(db_path: str) -> None:
+    with minilsm.DB(db_path) as db:
+        fill(db, 20)
+    for name in ("000999.sst", "000998.sst.tmp", "MANIFEST.tmp"):
+        with open(os.path.join(db_path, name), "wb") as f:
+            f.write(b"junk")
+    with open(os.path.join(db_path, "notes.txt"), "w") as f:
+        f.write("not ours")
+    with minilsm.DB(db_path) as db:
+        assert db.get(b"k00003") == b"v3" * 7
+    names = set(os.listdir(db_path))
+    assert not {"000999.sst", "000998.sst.tmp", "MANIFEST.tmp"} & names
+    assert "notes.txt" in names  # files that are not the store's are left alone
+
+
+def test_kill_9_loses_no_acknowledged_sync_write(db_path: str) -> None:
+    child = textwrap.dedent(f"""
+        import sys, minilsm
+        db = minilsm.DB({db_path!r}, memtable_size=4096, block_size=512, target_file_size=4096,
+                        level1_max_bytes=16384, level0_compaction_trigger=2)
+        i = 0
+        while True:
+            db.put(b"key%06d" % i, b"value%06d" % i * 5, sync=True)
+            print(i, flush=True)
+            i += 1
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    acked = -1
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        acked = int(line)
+        if acked >= 400:
+            break
+    proc.kill()
+    proc.wait()
+    with minilsm.DB(db_path) as db:
+        for i in range(acked + 1):
+            assert db.get(b"key%06d" % i) == b"value%06d" % i * 5, i
+        check_invariants(db)

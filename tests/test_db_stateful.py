@@ -1,0 +1,162 @@
+"""The store against a plain dict, step by step: writes, reads, scans, flushes, compactions,
+snapshots, reopen and simulated crashes, in both compaction styles."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
+from storeutil import check_invariants, crash, small_options
+
+import minilsm
+
+keys = st.binary(min_size=0, max_size=6).filter(lambda k: True) | st.sampled_from([b"", b"a", b"ab", b"b", b"\xff"])
+values = st.binary(max_size=40) | st.binary(min_size=200, max_size=600)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    style = "leveled"
+    background = False
+
+    snapshots = Bundle("snapshots")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="minilsm-state-")
+        self.model: dict[bytes, bytes] = {}
+        self.snaps: list[tuple[minilsm.DB, object, dict[bytes, bytes]]] = []
+        self.db = self._open()
+
+    def _open(self) -> minilsm.DB:
+        return minilsm.DB(self.dir, **small_options(compaction_style=self.style, background=self.background))
+
+    def teardown(self) -> None:
+        self.db.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- writes --
+    @rule(key=keys, value=values)
+    def put(self, key: bytes, value: bytes) -> None:
+        self.db.put(key, value)
+        self.model[key] = value
+
+    @rule(key=keys)
+    def delete(self, key: bytes) -> None:
+        self.db.delete(key)
+        self.model.pop(key, None)
+
+    @rule(ops=st.lists(st.tuples(st.booleans(), keys, values), max_size=8))
+    def batch(self, ops: list[tuple[bool, bytes, bytes]]) -> None:
+        with self.db.write_batch() as wb:
+            for is_put, k, v in ops:
+                if is_put:
+                    wb.put(k, v)
+                else:
+                    wb.delete(k)
+        for is_put, k, v in ops:
+            if is_put:
+                self.model[k] = v
+            else:
+                self.model.pop(k, None)
+
+    @rule(key=keys, value=values)
+    def failed_batch_changes_nothing(self, key: bytes, value: bytes) -> None:
+        try:
+            with self.db.write_batch() as wb:
+                wb.put(key, value)
+                raise RuntimeError("abandon")
+        except RuntimeError:
+            pass
+
+    # -- reads --
+    @rule(key=keys)
+    def get(self, key: bytes) -> None:
+        assert self.db.get(key) == self.model.get(key)
+        assert (key in self.db) == (key in self.model)
+
+    @rule(start=st.none() | keys, stop=st.none() | keys, reverse=st.booleans())
+    def scan(self, start: bytes | None, stop: bytes | None, reverse: bool) -> None:
+        expect = sorted(
+            (k, v) for k, v in self.model.items() if (start is None or k >= start) and (stop is None or k < stop)
+        )
+        if reverse:
+            expect.reverse()
+        assert list(self.db.iterator(start=start, stop=stop, reverse=reverse)) == expect
+
+    @rule(prefix=st.binary(max_size=2), reverse=st.booleans())
+    def scan_prefix(self, prefix: bytes, reverse: bool) -> None:
+        expect = sorted((k, v) for k, v in self.model.items() if k.startswith(prefix))
+        if reverse:
+            expect.reverse()
+        assert list(self.db.iterator(prefix=prefix, reverse=reverse)) == expect
+
+    # -- maintenance --
+    @rule()
+    def flush(self) -> None:
+        self.db.flush()
+
+    @rule(start=st.none() | keys, stop=st.none() | keys)
+    def compact(self, start: bytes | None, stop: bytes | None) -> None:
+        self.db.compact_range(start, stop)
+
+    @rule()
+    def reopen(self) -> None:
+        self.db.close()
+        self.db = self._open()
+        self.snaps.clear()
+
+    @rule()
+    def crash_and_reopen(self) -> None:
+        crash(self.db)
+        self.db = self._open()
+        self.snaps.clear()
+
+    # -- snapshots --
+    @rule(target=snapshots)
+    def take_snapshot(self) -> int:
+        snap = self.db.snapshot()
+        self.snaps.append((self.db, snap, dict(self.model)))
+        return len(self.snaps) - 1
+
+    @rule(i=snapshots, key=keys)
+    def read_snapshot(self, i: int, key: bytes) -> None:
+        if i >= len(self.snaps):
+            return  # taken before a reopen, which releases every snapshot
+        db, snap, view = self.snaps[i]
+        if db is not self.db:
+            return
+        assert snap.get(key) == view.get(key)  # type: ignore[attr-defined]
+        assert list(snap.iterator()) == sorted(view.items())  # type: ignore[attr-defined]
+
+    @rule(i=consumes(snapshots))
+    def release_snapshot(self, i: int) -> None:
+        if i < len(self.snaps):
+            self.snaps[i][1].close()  # type: ignore[attr-defined]
+
+    @invariant()
+    def tables_are_well_formed(self) -> None:
+        check_invariants(self.db)
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule()
+    def full_scan_matches(self) -> None:
+        assert list(self.db.iterator()) == sorted(self.model.items())
+
+
+class TieredStoreMachine(StoreMachine):
+    style = "tiered"
+
+
+class BackgroundStoreMachine(StoreMachine):
+    background = True
+
+
+TestLeveled = StoreMachine.TestCase
+TestLeveled.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)
+TestTiered = TieredStoreMachine.TestCase
+TestTiered.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)
+TestBackground = BackgroundStoreMachine.TestCase
+TestBackground.settings = settings(max_examples=15, stateful_step_count=60, deadline=None)

@@ -1,0 +1,172 @@
+"""MemTable against a plain-list model, and its iterators under concurrent adds."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
+from minilsm.memtable import VERSION_OVERHEAD, MemTable
+
+# Tiny keys collide often and include b"" and prefixes of each other (b"a" < b"a\0").
+small_keys = st.binary(max_size=2)
+writes = st.lists(
+    st.tuples(small_keys, st.sampled_from([KIND_VALUE, KIND_DELETE]), st.binary(max_size=4)),
+    max_size=60,
+)
+bound = st.none() | small_keys
+
+
+def build(ops: list[tuple[bytes, int, bytes]]) -> tuple[MemTable, list[tuple[bytes, int, int, bytes]]]:
+    """A memtable and the model: (key, seq, kind, value) in write order, seqs 1, 2, ..."""
+    mem = MemTable()
+    model = []
+    for seq, (key, kind, value) in enumerate(ops, start=1):
+        value = value if kind == KIND_VALUE else b""
+        mem.add(key, seq, kind, value)
+        model.append((key, seq, kind, value))
+    return mem, model
+
+
+def model_order(model: list[tuple[bytes, int, int, bytes]]) -> list[tuple[bytes, int, bytes]]:
+    """Internal order: user key ascending, trailer descending."""
+    rows = [(key, seq << 8 | kind, value) for key, seq, kind, value in model]
+    return sorted(rows, key=lambda r: (r[0], -r[1]))
+
+
+@given(writes, st.data())
+def test_get_matches_model_at_every_snapshot(ops: list[tuple[bytes, int, bytes]], data: st.DataObject) -> None:
+    mem, model = build(ops)
+    probe_keys = {key for key, *_ in model} | {b"", b"\x00", b"zz", b"\xff\xff\xff"}
+    snapshots = {0, len(model), MAX_SEQUENCE, *range(1, len(model) + 1)}
+    for key in probe_keys:
+        for snap in snapshots:
+            visible = [(kind, value) for k, seq, kind, value in model if k == key and seq <= snap]
+            assert mem.get(key, snap) == (visible[-1] if visible else None)
+
+
+@given(writes, bound, bound)
+def test_iter_matches_model(ops: list[tuple[bytes, int, bytes]], start: bytes | None, stop: bytes | None) -> None:
+    mem, model = build(ops)
+    expected = [
+        row for row in model_order(model) if (start is None or row[0] >= start) and (stop is None or row[0] < stop)
+    ]
+    assert list(mem.iter(start, stop)) == expected
+    assert list(mem.iter(start, stop, reverse=True)) == expected[::-1]
+
+
+@given(writes)
+def test_sizes_and_entries(ops: list[tuple[bytes, int, bytes]]) -> None:
+    mem, model = build(ops)
+    assert len(mem) == len(model)
+    assert mem.num_keys == len({key for key, *_ in model})
+    assert mem.empty == (not model)
+    assert mem.approximate_size == sum(len(k) + len(v) + VERSION_OVERHEAD for k, _, _, v in model)
+    assert list(mem.entries()) == model_order(model)
+
+
+def test_tombstone_answers_the_read_and_older_snapshots_see_older_versions() -> None:
+    mem = MemTable()
+    mem.add(b"k", 5, KIND_VALUE, b"v5")
+    mem.add(b"k", 7, KIND_DELETE, b"")
+    mem.add(b"k", 9, KIND_VALUE, b"v9")
+    assert mem.get(b"k", 4) is None
+    assert mem.get(b"k", 5) == (KIND_VALUE, b"v5")
+    assert mem.get(b"k", 8) == (KIND_DELETE, b"")
+    assert mem.get(b"k", 9) == (KIND_VALUE, b"v9")
+    assert mem.get(b"j", MAX_SEQUENCE) is None
+    assert list(mem.iter()) == [(b"k", 9 << 8 | 1, b"v9"), (b"k", 7 << 8 | 0, b""), (b"k", 5 << 8 | 1, b"v5")]
+
+
+def test_empty_memtable() -> None:
+    mem = MemTable()
+    assert mem.empty and len(mem) == 0 and mem.num_keys == 0 and mem.approximate_size == 0
+    assert list(mem.iter()) == [] and list(mem.iter(reverse=True)) == []
+    assert mem.get(b"", MAX_SEQUENCE) is None
+
+
+def _check_interleaved(rng: random.Random, reverse: bool) -> None:
+    """Adds between the steps of one iterator: every key present at the start shows up once, in order."""
+    mem = MemTable()
+    seq = 0
+    for _ in range(3000):  # enough keys for several chunks and SortedList sublist splits
+        seq += 1
+        mem.add(rng.randbytes(3), seq, KIND_VALUE, b"")
+    before = {(key, trailer) for key, trailer, _ in mem.iter()}
+    seen: list[tuple[bytes, int]] = []
+    for key, trailer, _ in mem.iter(reverse=reverse):
+        seen.append((key, trailer))
+        for _ in range(rng.randrange(3)):
+            seq += 1
+            # New keys anywhere (behind and ahead of the cursor), and new versions of the current key.
+            mem.add(key if rng.random() < 0.3 else rng.randbytes(3), seq, KIND_VALUE, b"")
+    assert len(seen) == len(set(seen)), "a version was returned twice"
+    assert before <= set(seen), "a version present when iteration began was skipped"
+    internal = sorted(seen, key=lambda kt: (kt[0], -kt[1]))
+    assert seen == (internal[::-1] if reverse else internal)
+
+
+def test_adds_while_iteration_is_suspended() -> None:
+    for seed in range(3):
+        _check_interleaved(random.Random(seed), reverse=False)
+        _check_interleaved(random.Random(seed), reverse=True)
+
+
+def test_iterators_in_threads_while_another_thread_adds() -> None:
+    mem = MemTable()
+    rng = random.Random(42)
+    for seq in range(1, 2001):
+        mem.add(rng.randbytes(4), seq, KIND_VALUE, b"x")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        seq = 10_000
+        wrng = random.Random(7)
+        while not stop.is_set() and seq < 30_000:  # bounded, so that scans stay short
+            seq += 1
+            mem.add(wrng.randbytes(4), seq, KIND_VALUE, b"y")
+
+    def reader(reverse: bool) -> None:
+        try:
+            for _ in range(6):
+                before = {key for key, _, _ in mem.iter()} if not reverse else None
+                keys = [key for key, _, _ in mem.iter(reverse=reverse)]
+                distinct = list(dict.fromkeys(keys))  # versions of one key are adjacent
+                assert distinct == sorted(set(keys), reverse=reverse), "out of order or a key split apart"
+                if before is not None:
+                    assert before <= set(keys), "a key present at the start was skipped"
+        except BaseException as e:
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows, to provoke torn reads
+    try:
+        w = threading.Thread(target=writer)
+        readers = [threading.Thread(target=reader, args=(r,)) for r in (False, True, False)]
+        w.start()
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+        stop.set()
+        w.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
+    assert len(mem) > 2000
+
+
+@settings(max_examples=50)
+@given(st.lists(st.binary(max_size=3), min_size=1, max_size=40, unique=True), st.data())
+def test_reverse_iteration_from_stop_bound(keys: list[bytes], data: st.DataObject) -> None:
+    mem = MemTable()
+    for seq, key in enumerate(keys, start=1):
+        mem.add(key, seq, KIND_VALUE, key)
+    stop = data.draw(st.sampled_from(keys))
+    got = [key for key, _, _ in mem.iter(stop=stop, reverse=True)]
+    assert got == sorted((k for k in keys if k < stop), reverse=True)

@@ -1,0 +1,240 @@
+"""`TableBuilder`: writes a table file from versions given in internal order.
+
+Flushes and compactions feed versions one by one; data blocks are cut at
+`block_size` and written as they fill, so memory holds one block plus the
+index and one hash pair per distinct user key (the filter is sized and built
+at `finish`, when the distinct count is known).  The file is written as
+``NNNNNN.sst.tmp``, fsynced, renamed into place and the directory fsynced, so
+a crash leaves either no table or a complete one, never a torn ``.sst``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from minilsm.bloom import BloomFilter, KeyHash, key_hash
+from minilsm.fs import FileSystem
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
+from minilsm.sstable.block import BlockBuilder
+from minilsm.sstable.format import (
+    BLOCK_DATA,
+    BLOCK_FILTER,
+    BLOCK_INDEX,
+    BLOCK_PROPERTIES,
+    FORMAT_VERSION,
+    TEMP_SUFFIX,
+    BlockHandle,
+    Index,
+    TableMeta,
+    TableProperties,
+    encode_footer,
+    encode_index,
+    encode_properties,
+    frame_block,
+    table_file_name,
+)
+
+__all__ = ["TableBuilder", "TableMeta"]  # TableMeta is what `finish` returns
+
+_MAX_TRAILER = (1 << 64) - 1
+_MAX_LENGTH = (1 << 32) - 1
+
+
+class TableBuilder:
+    """Builds table `number` in `dirname`.  Creating one creates ``NNNNNN.sst.tmp``; end with `finish` or `abandon`.
+
+    `add` is O(len(key) + len(value)) amortized plus one key hash per new user
+    key; a block is written to the (buffered) file each time one fills.
+    """
+
+    __slots__ = (
+        "_bits_per_key",
+        "_block",
+        "_block_size",
+        "_dirname",
+        "_done",
+        "_file",
+        "_fs",
+        "_hashes",
+        "_index",
+        "_last_key",
+        "_last_trailer",
+        "_max_seq",
+        "_min_seq",
+        "_num_deletions",
+        "_num_entries",
+        "_offset",
+        "_smallest",
+        "_tmp_path",
+        "number",
+        "path",
+    )
+
+    def __init__(
+        self, fs: FileSystem, dirname: str, number: int, *, block_size: int = 4096, bits_per_key: float = 10.0
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if bits_per_key < 0:
+            raise ValueError(f"bits_per_key must be >= 0, got {bits_per_key}")
+        self.number = number
+        self.path = os.path.join(dirname, table_file_name(number))
+        self._fs = fs
+        self._dirname = dirname
+        self._block_size = block_size
+        self._bits_per_key = float(bits_per_key)
+        self._tmp_path = self.path + TEMP_SUFFIX
+        self._file = fs.open_writable(self._tmp_path)
+        self._block = BlockBuilder()
+        self._index = Index([], [], [], [])
+        self._hashes: list[KeyHash] = []
+        self._offset = 0
+        self._num_entries = 0
+        self._num_deletions = 0
+        self._smallest = b""
+        self._last_key: bytes | None = None
+        self._last_trailer = 0
+        self._min_seq = MAX_SEQUENCE
+        self._max_seq = 0
+        self._done = False
+
+    @property
+    def num_entries(self) -> int:
+        """Versions added so far."""
+        return self._num_entries
+
+    def estimated_size(self) -> int:
+        """Bytes of the file so far: written blocks plus the block being filled (metadata not counted)."""
+        return self._offset + self._block.size()
+
+    def add(self, user_key: bytes, trailer: int, value: bytes) -> None:
+        """Append a version; raises ValueError unless it sorts strictly after the previous one.
+
+        Internal order is user key ascending, then trailer descending.
+        """
+        if self._done:
+            raise ValueError(f"table builder for {self.path} is already finished or abandoned")
+        kind = trailer & 0xFF
+        if not 0 <= trailer <= _MAX_TRAILER or kind not in (KIND_VALUE, KIND_DELETE):
+            raise ValueError(f"trailer {trailer} is not seq << 8 | kind with a known kind")
+        if len(user_key) > _MAX_LENGTH or len(value) > _MAX_LENGTH:
+            raise ValueError("key and value must each be shorter than 4 GiB")
+        last = self._last_key
+        if last is None:
+            self._smallest = user_key
+            self._hashes.append(key_hash(user_key))
+        elif user_key != last:
+            if user_key < last:
+                raise ValueError(f"key {user_key!r} added after {last!r}: keys must be added in ascending order")
+            self._hashes.append(key_hash(user_key))
+        elif trailer >= self._last_trailer:
+            raise ValueError(
+                f"versions of {user_key!r} must be added newest first: trailer {trailer} after {self._last_trailer}"
+            )
+        seq = trailer >> 8
+        if seq < self._min_seq:
+            self._min_seq = seq
+        if seq > self._max_seq:
+            self._max_seq = seq
+        if kind == KIND_DELETE:
+            self._num_deletions += 1
+        self._num_entries += 1
+        self._last_key = user_key
+        self._last_trailer = trailer
+        block = self._block
+        block.add(user_key, trailer, value)
+        if block.size() >= self._block_size:
+            self._flush_block()
+
+    def _flush_block(self) -> None:
+        handle = self._write(self._block.finish(), BLOCK_DATA)
+        assert self._last_key is not None
+        index = self._index
+        index.last_keys.append(self._last_key)
+        index.last_trailers.append(self._last_trailer)
+        index.offsets.append(handle.offset)
+        index.sizes.append(handle.size)
+
+    def _write(self, contents: bytes, kind: int) -> BlockHandle:
+        block = frame_block(contents, kind)
+        handle = BlockHandle(self._offset, len(block))
+        self._file.append(block)
+        self._offset += len(block)
+        return handle
+
+    def finish(self) -> TableMeta:
+        """Write the filter, index, properties and footer, then fsync, rename into place and fsync the directory.
+
+        Raises ValueError for a table without entries (`abandon` it instead).
+        On any failure the temporary file is removed and the error re-raised.
+        """
+        if self._done:
+            raise ValueError(f"table builder for {self.path} is already finished or abandoned")
+        if self._num_entries == 0:
+            raise ValueError("a table needs at least one entry; abandon() an empty builder")
+        try:
+            if self._block.count:
+                self._flush_block()
+            data_size = self._offset
+            bloom = BloomFilter.for_keys(len(self._hashes), self._bits_per_key)
+            for h in self._hashes:
+                bloom.add_hash(h)
+            filter_handle = self._write(bloom.to_bytes(), BLOCK_FILTER)
+            index_handle = self._write(encode_index(self._index), BLOCK_INDEX)
+            assert self._last_key is not None
+            props = TableProperties(
+                num_entries=self._num_entries,
+                num_deletions=self._num_deletions,
+                smallest=self._smallest,
+                largest=self._last_key,
+                min_seq=self._min_seq,
+                max_seq=self._max_seq,
+                bits_per_key=self._bits_per_key,
+                filter_k=bloom.k,
+                filter_num_bits=bloom.num_bits,
+                num_data_blocks=len(self._index.offsets),
+                data_size=data_size,
+                index_size=index_handle.size,
+                filter_size=filter_handle.size,
+                creation_time=int(time.time()),
+                format_version=FORMAT_VERSION,
+            )
+            props_handle = self._write(encode_properties(props), BLOCK_PROPERTIES)
+            footer = encode_footer(index_handle, filter_handle, props_handle)
+            self._file.append(footer)
+            self._offset += len(footer)
+            self._file.sync()
+            self._file.close()
+            self._fs.rename(self._tmp_path, self.path)
+            self._fs.sync_dir(self._dirname)
+        except BaseException:
+            self.abandon()
+            raise
+        self._done = True
+        self._hashes = []
+        return TableMeta(
+            number=self.number,
+            file_size=self._offset,
+            smallest=props.smallest,
+            largest=props.largest,
+            min_seq=props.min_seq,
+            max_seq=props.max_seq,
+            num_entries=props.num_entries,
+            num_deletions=props.num_deletions,
+        )
+
+    def abandon(self) -> None:
+        """Close and remove the temporary file (idempotent; errors while cleaning up are swallowed)."""
+        if self._done:
+            return
+        self._done = True
+        self._hashes = []
+        with contextlib.suppress(OSError):
+            self._file.close()
+        try:
+            if self._fs.exists(self._tmp_path):
+                self._fs.remove(self._tmp_path)
+        except OSError:
+            pass

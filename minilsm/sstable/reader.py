@@ -1,0 +1,442 @@
+"""`TableReader`: point reads and range scans over one table file.
+
+Opening a table reads its footer, index, filter and properties (never a data
+block) and keeps them in memory: the index as parallel lists for `bisect`, the
+filter as a `BloomFilter`.  A point read is then, in order: a key-range check,
+a filter probe, a bisect of the index, and exactly one data block (from the
+block cache, or one pread) searched by binary search over its offset array.
+Scans decode each block they touch in one go.
+
+All disk reads go through `format.read_block`, which checks and counts them.
+The file itself is fetched per block read from the shared `TableFileCache` if
+one is given (so the number of open files stays bounded), else held open.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from collections.abc import Iterator
+from operator import itemgetter
+from typing import Final
+
+from minilsm.bloom import BloomFilter, KeyHash, key_hash
+from minilsm.cache import LRUCache, TableFileCache
+from minilsm.errors import ClosedError, CorruptionError
+from minilsm.fs import FileSystem, RandomAccessFile
+from minilsm.keys import KIND_DELETE, KIND_VALUE
+from minilsm.sstable.block import Block
+from minilsm.sstable.format import (
+    BLOCK_DATA,
+    BLOCK_FILTER,
+    BLOCK_INDEX,
+    BLOCK_PROPERTIES,
+    Index,
+    TableMeta,
+    TableProperties,
+    decode_index,
+    decode_properties,
+    read_block,
+    read_footer,
+    table_file_name,
+)
+from minilsm.stats import Stats
+
+Entry = tuple[bytes, int, bytes]
+"""A version as scans yield it: (user_key, trailer, value)."""
+
+BlockCache = LRUCache[tuple[int, int], Block]
+"""The block cache: (table number, block offset) -> decoded data block, charged by its bytes."""
+
+_user_key: Final = itemgetter(0)
+
+
+class TableReader:
+    """An open table.  Build one with `TableReader.open`.
+
+    Attributes: `number`, `path`, `file_size`, `props` (`TableProperties`), `meta` (`TableMeta`),
+    `smallest` and `largest` (user keys), `filter` (`BloomFilter`), and per-table
+    counters `filter_checks`, `filter_negatives`, `filter_positives`,
+    `filter_true_positives`, `block_reads`.  Safe to share between threads
+    (counters may then, rarely, lose an increment).
+    """
+
+    __slots__ = (
+        "_block_cache",
+        "_closed",
+        "_file",
+        "_file_cache",
+        "_last_keys",
+        "_last_trailers",
+        "_may_contain",
+        "_num_blocks",
+        "_offsets",
+        "_sizes",
+        "_stats",
+        "block_reads",
+        "file_size",
+        "filter",
+        "filter_checks",
+        "filter_negatives",
+        "filter_positives",
+        "filter_true_positives",
+        "largest",
+        "meta",
+        "number",
+        "path",
+        "props",
+        "smallest",
+    )
+
+    def __init__(
+        self,
+        number: int,
+        path: str,
+        file_size: int,
+        index: Index,
+        bloom: BloomFilter,
+        props: TableProperties,
+        stats: Stats,
+        file: RandomAccessFile | None,
+        file_cache: TableFileCache | None,
+        block_cache: BlockCache | None,
+    ) -> None:
+        """Use `TableReader.open`."""
+        self.number = number
+        self.path = path
+        self.file_size = file_size
+        self.props = props
+        self.meta = TableMeta(
+            number,
+            file_size,
+            props.smallest,
+            props.largest,
+            props.min_seq,
+            props.max_seq,
+            props.num_entries,
+            props.num_deletions,
+        )
+        self.smallest = props.smallest
+        self.largest = props.largest
+        self.filter = bloom
+        self.filter_checks = 0
+        self.filter_negatives = 0
+        self.filter_positives = 0
+        self.filter_true_positives = 0
+        self.block_reads = 0
+        self._last_keys = index.last_keys
+        self._last_trailers = index.last_trailers
+        self._offsets = index.offsets
+        self._sizes = index.sizes
+        self._num_blocks = len(index.offsets)
+        self._may_contain = bloom.may_contain_hash
+        self._stats = stats
+        self._file = file
+        self._file_cache = file_cache
+        self._block_cache = block_cache
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        fs: FileSystem,
+        dirname: str,
+        number: int,
+        stats: Stats,
+        *,
+        block_cache: BlockCache | None = None,
+        file_cache: TableFileCache | None = None,
+    ) -> TableReader:
+        """Open table `number` in `dirname`: read and check its footer, index, filter and properties.
+
+        Reads no data block.  Raises `CorruptionError` naming the file for any
+        damage; `OSError` if the file cannot be opened.
+        """
+        path = os.path.join(dirname, table_file_name(number))
+        file = file_cache.get(path) if file_cache is not None else fs.open_random(path)
+        try:
+            index, bloom, props = _read_metadata(file, stats, path)
+        except BaseException:
+            if file_cache is None:
+                file.close()
+            else:
+                file_cache.evict(path)
+            raise
+        own = file if file_cache is None else None
+        return cls(number, path, file.size(), index, bloom, props, stats, own, file_cache, block_cache)
+
+    # -- point reads ------------------------------------------------------------
+
+    def get(
+        self, key: bytes, h: KeyHash, seq: int, trace: list[dict[str, object]] | None = None
+    ) -> tuple[int, bytes] | None:
+        """The newest version of `key` with sequence number <= `seq`, as ``(kind, value)``; None if there is none.
+
+        `h` is ``key_hash(key)``, computed once by the caller for all tables.
+        Costs, in order, stopping at the first that settles it: two key
+        comparisons; a filter probe (O(k)); a bisect of the index (O(log
+        blocks)); one data block, from the block cache or one pread (which it
+        then caches), and a binary search in it (O(log entries)).  Counts in
+        ``stats`` and on this reader; appends one dict to `trace` if given.
+        """
+        stats = self._stats
+        stats.tables_considered += 1
+        if key < self.smallest or key > self.largest:
+            stats.tables_skipped_by_range += 1
+            if trace is not None:
+                trace.append({"file": self.number, "outcome": "skipped_by_range"})
+            return None
+        stats.filter_checks += 1
+        self.filter_checks += 1
+        if not self._may_contain(h):
+            stats.filter_negatives += 1
+            self.filter_negatives += 1
+            if trace is not None:
+                trace.append({"file": self.number, "outcome": "filter_negative"})
+            return None
+        stats.filter_positives += 1
+        self.filter_positives += 1
+
+        # The wanted version is the first at or after (key, seq << 8 | 0xFF) in
+        # internal order; it lies in the first block whose last version is at or
+        # after that.  key <= largest == last_keys[-1], so i < num_blocks here.
+        target = (seq << 8) | 0xFF
+        last_keys = self._last_keys
+        i = bisect_left(last_keys, key)
+        if self._last_trailers[i] > target and last_keys[i] == key:
+            i = self._skip_newer(i, key, target)
+            if i == self._num_blocks:  # the table ends in versions of `key` too new to see
+                self._miss(True, trace, [], [])
+                return None
+
+        cache = self._block_cache
+        cached = False
+        if cache is None:
+            block = self._load_block(i)
+        else:
+            cache_key = (self.number, self._offsets[i])
+            hit = cache.get(cache_key)
+            if hit is None:
+                block = self._load_block(i)
+                cache.put(cache_key, block, len(block.data))
+            else:
+                block = hit
+                cached = True
+                stats.block_cache_hits += 1
+        try:
+            pos = block.seek(key, target)
+            found = block.version_of(pos, key)
+            if found is None:
+                present = block.key_at(pos - 1) == key if pos else i > 0 and last_keys[i - 1] == key
+        except CorruptionError as e:
+            raise self._block_error(e, i) from e
+        if found is None:
+            self._miss(present, trace, [i], [cached])
+            return None
+        trailer, value = found
+        kind = trailer & 0xFF
+        stats.filter_true_positives += 1
+        self.filter_true_positives += 1
+        if trace is not None:
+            outcome = "found" if kind == KIND_VALUE else "tombstone"
+            trace.append({"file": self.number, "outcome": outcome, "blocks": [i], "cached": [cached]})
+        return kind, value
+
+    def _skip_newer(self, i: int, key: bytes, target: int) -> int:
+        # Rare: `key` has so many versions newer than the snapshot that they fill
+        # block i (and maybe more); their trailers fall from block to block.
+        trailers = self._last_trailers
+        last_keys = self._last_keys
+        n = self._num_blocks
+        while i < n and trailers[i] > target and last_keys[i] == key:
+            i += 1
+        return i
+
+    def _miss(
+        self, present: bool, trace: list[dict[str, object]] | None, blocks: list[int], cached: list[bool]
+    ) -> None:
+        if present:
+            self._stats.filter_true_positives += 1
+            self.filter_true_positives += 1
+        if trace is not None:
+            outcome = "not_visible" if present else "false_positive"
+            trace.append({"file": self.number, "outcome": outcome, "blocks": blocks, "cached": cached})
+
+    # -- scans ------------------------------------------------------------------
+
+    def iter(self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False) -> Iterator[Entry]:
+        """Versions ``(user_key, trailer, value)`` with ``start <= user_key < stop``, in internal order or its reverse.
+
+        Lazy: each block is read (or taken from the block cache, which scans do
+        not fill) when the scan reaches it, and decoded whole, O(entries).
+        """
+        if start is not None and stop is not None and start >= stop:
+            return iter(())
+        keys = self._last_keys
+        first = 0 if start is None else bisect_left(keys, start)
+        # The first block ending at or after `stop` may still hold keys below it.
+        last = self._num_blocks - 1 if stop is None else min(bisect_left(keys, stop), self._num_blocks - 1)
+        return self._scan(first, last, start, stop, reverse)
+
+    def iter_entries(self) -> Iterator[Entry]:
+        """Every version of the table in internal order (for compaction)."""
+        return self._scan(0, self._num_blocks - 1, None, None, False)
+
+    def _scan(self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool) -> Iterator[Entry]:
+        blocks = range(last, first - 1, -1) if reverse else range(first, last + 1)
+        for i in blocks:
+            entries = self._scan_block(i)
+            lo = bisect_left(entries, start, key=_user_key) if i == first and start is not None else 0
+            hi = bisect_left(entries, stop, key=_user_key) if i == last and stop is not None else len(entries)
+            if lo or hi != len(entries):
+                entries = entries[lo:hi]
+            if reverse:
+                yield from reversed(entries)
+            else:
+                yield from entries
+
+    def _scan_block(self, i: int) -> list[Entry]:
+        block = None
+        cache = self._block_cache
+        if cache is not None:
+            block = cache.get((self.number, self._offsets[i]))
+            if block is not None:
+                self._stats.block_cache_hits += 1
+        if block is None:
+            block = self._load_block(i)
+        try:
+            return block.entries()
+        except CorruptionError as e:
+            raise self._block_error(e, i) from e
+
+    # -- blocks -----------------------------------------------------------------
+
+    def _load_block(self, i: int) -> Block:
+        """Data block `i` from disk (one pread through `read_block`)."""
+        file = self._file
+        if file is None:
+            if self._closed or self._file_cache is None:
+                raise ClosedError(f"table {self.path} is closed")
+            file = self._file_cache.get(self.path)
+        contents = read_block(file, self._offsets[i], self._sizes[i], self._stats, self.path, kind=BLOCK_DATA)
+        self.block_reads += 1
+        try:
+            return Block(contents)
+        except CorruptionError as e:
+            raise self._block_error(e, i) from e
+
+    def _block_error(self, e: CorruptionError, i: int) -> CorruptionError:
+        return CorruptionError(f"data block {i} at offset {self._offsets[i]}: {e.detail}", self.path)
+
+    # -- checking and closing ---------------------------------------------------
+
+    def verify(self) -> None:
+        """Read and check every block of the file, bypassing the block cache (for ``minilsm check``).
+
+        Beyond the checksums: data blocks tile the file and agree with the index,
+        versions are in strict internal order, every user key passes the filter,
+        and the counts, key range and sequence range match the properties.
+        O(file size); the reads count in ``stats`` like any other.
+        """
+        file = self._file
+        if file is None:
+            if self._closed or self._file_cache is None:
+                raise ClosedError(f"table {self.path} is closed")
+            file = self._file_cache.get(self.path)
+        index, bloom, props = _read_metadata(file, self._stats, self.path)
+        num_entries = num_deletions = 0
+        min_seq = max_seq = None
+        prev: tuple[bytes, int] | None = None
+        for i in range(len(index.offsets)):
+            contents = read_block(file, index.offsets[i], index.sizes[i], self._stats, self.path, kind=BLOCK_DATA)
+            try:
+                entries = Block(contents).entries()
+            except CorruptionError as e:
+                raise self._block_error(e, i) from e
+            for key, trailer, _ in entries:
+                if prev is None or key != prev[0]:
+                    if prev is not None and key < prev[0]:
+                        raise self._verify_error(i, f"key {key!r} follows {prev[0]!r}")
+                    if not bloom.may_contain_hash(key_hash(key)):
+                        raise self._verify_error(i, f"the filter rejects key {key!r}, which the table holds")
+                elif trailer >= prev[1]:
+                    raise self._verify_error(i, f"versions of {key!r} are out of order")
+                prev = (key, trailer)
+                seq, kind = trailer >> 8, trailer & 0xFF
+                if kind not in (KIND_VALUE, KIND_DELETE):
+                    raise self._verify_error(i, f"unknown kind {kind}")
+                num_entries += 1
+                num_deletions += kind == KIND_DELETE
+                min_seq = seq if min_seq is None else min(min_seq, seq)
+                max_seq = seq if max_seq is None else max(max_seq, seq)
+            if i == 0 and entries[0][0] != props.smallest:
+                raise self._verify_error(i, "first key differs from the smallest key in the properties")
+            if prev != (index.last_keys[i], index.last_trailers[i]):
+                raise self._verify_error(i, "last version differs from the index entry")
+        facts = (num_entries, num_deletions, min_seq, max_seq)
+        if facts != (props.num_entries, props.num_deletions, props.min_seq, props.max_seq):
+            raise CorruptionError(
+                f"properties claim (entries, deletions, min seq, max seq) = "
+                f"{(props.num_entries, props.num_deletions, props.min_seq, props.max_seq)}, the data holds {facts}",
+                self.path,
+            )
+
+    def _verify_error(self, i: int, detail: str) -> CorruptionError:
+        return CorruptionError(f"data block {i} at offset {self._offsets[i]}: {detail}", self.path)
+
+    def close(self) -> None:
+        """Release the file if this reader holds it.  Data blocks cannot be read afterwards (`ClosedError`).
+
+        With a file cache the cached file is left for the owner to `evict`
+        when the table is deleted.
+        """
+        self._closed = True
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+    def __repr__(self) -> str:
+        return f"TableReader({self.path!r}, entries={self.props.num_entries}, blocks={self._num_blocks})"
+
+
+def _read_metadata(file: RandomAccessFile, stats: Stats, path: str) -> tuple[Index, BloomFilter, TableProperties]:
+    """Footer, index, filter and properties of a table, each checked and cross-checked against the others."""
+    footer = read_footer(file, stats, path)
+
+    def decoded(kind: int, offset: int, size: int) -> bytes:
+        return read_block(file, offset, size, stats, path, kind=kind)
+
+    where = ""
+    try:
+        where = f"index block at offset {footer.index_block.offset}: "
+        index = decode_index(decoded(BLOCK_INDEX, *footer.index_block), footer.filter_block.offset)
+        where = f"filter block at offset {footer.filter_block.offset}: "
+        bloom = BloomFilter.from_bytes(decoded(BLOCK_FILTER, *footer.filter_block))
+        where = f"properties block at offset {footer.properties_block.offset}: "
+        props = decode_properties(decoded(BLOCK_PROPERTIES, *footer.properties_block))
+    except CorruptionError as e:
+        if e.path is not None:
+            raise
+        raise CorruptionError(where + e.detail, path) from e
+    problems = []
+    if props.format_version != footer.version:
+        problems.append(f"format version {props.format_version} differs from the footer's {footer.version}")
+    if props.num_data_blocks != len(index.offsets) or not index.offsets:
+        problems.append(f"{props.num_data_blocks} data blocks claimed, the index lists {len(index.offsets)}")
+    if (props.data_size, props.filter_size, props.index_size) != (
+        footer.filter_block.offset,
+        footer.filter_block.size,
+        footer.index_block.size,
+    ):
+        problems.append("data, filter or index size differs from the footer")
+    if (props.filter_num_bits, props.filter_k) != (bloom.num_bits, bloom.k):
+        problems.append("filter parameters differ from the filter block")
+    if index.last_keys and props.largest != index.last_keys[-1]:
+        problems.append("largest key differs from the index")
+    if props.smallest > props.largest or props.min_seq > props.max_seq:
+        problems.append("key or sequence range is inverted")
+    if not props.num_data_blocks <= props.num_entries or props.num_deletions > props.num_entries:
+        problems.append("entry counts are inconsistent")
+    if problems:
+        raise CorruptionError("properties block: " + "; ".join(problems), path)
+    return index, bloom, props

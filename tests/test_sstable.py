@@ -1,0 +1,503 @@
+"""Table files (minilsm/sstable/, minilsm/cache.py): round trips, read accounting, caches, and damage."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minilsm.bloom import key_hash
+from minilsm.cache import LRUCache, TableFileCache
+from minilsm.errors import ClosedError, CorruptionError
+from minilsm.fs import FileSystem, RandomAccessFile, WritableFile
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
+from minilsm.sstable import TableBuilder, TableMeta, TableReader, parse_table_file_name, table_file_name
+from minilsm.sstable.block import Block
+from minilsm.sstable.format import (
+    BLOCK_DATA,
+    BLOCK_FILTER,
+    BLOCK_INDEX,
+    FOOTER_SIZE,
+    BlockHandle,
+    encode_footer,
+    read_block,
+)
+from minilsm.stats import Stats
+
+Entry = tuple[bytes, int, bytes]
+FS = FileSystem()
+
+
+def trailer(seq: int, kind: int = KIND_VALUE) -> int:
+    return seq << 8 | kind
+
+
+def build(dirname: str, entries: list[Entry], number: int = 1, **kwargs: float) -> TableMeta:
+    b = TableBuilder(FS, dirname, number, **kwargs)  # type: ignore[arg-type]
+    for e in entries:
+        b.add(*e)
+    return b.finish()
+
+
+def open_table(dirname: str, number: int = 1, stats: Stats | None = None, **kwargs: object) -> TableReader:
+    return TableReader.open(FS, dirname, number, stats if stats is not None else Stats(), **kwargs)  # type: ignore[arg-type]
+
+
+def reference_get(entries: list[Entry], key: bytes, seq: int) -> tuple[int, bytes] | None:
+    """Newest version of key with seq <= seq, by brute force over entries in internal order."""
+    for k, t, v in entries:
+        if k == key and t >> 8 <= seq:
+            return t & 0xFF, v
+    return None
+
+
+def simple_entries(n: int, versions: int = 1) -> list[Entry]:
+    out = []
+    seq = 1
+    for i in range(n):
+        key = b"key%05d" % (2 * i)  # odd numbers are absent keys inside the range
+        for _ in range(versions):
+            out.append((key, trailer(seq), b"value-%d" % seq))
+            seq += 1
+    # Within a key, newest first.
+    out.sort(key=lambda e: (e[0], -e[1]))
+    return out
+
+
+@pytest.fixture
+def tmp(tmp_path: object) -> str:
+    return str(tmp_path)
+
+
+# -- round trip ---------------------------------------------------------------------
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> list[Entry]:
+    """A table's versions in internal order: binary keys (the empty key too), tombstones, large values,
+    and sometimes one key with enough versions to span several blocks."""
+    keys = draw(st.lists(st.binary(max_size=10), min_size=1, max_size=30, unique=True))
+    value = st.one_of(st.binary(max_size=30), st.binary(min_size=300, max_size=3000))
+    heavy = draw(st.sampled_from([None, *keys]))
+    counts = [draw(st.integers(25, 60)) if key == heavy else draw(st.integers(1, 3)) for key in sorted(keys)]
+    seqs = iter(draw(st.randoms(use_true_random=False)).sample(range(1, 4 * sum(counts) + 1), sum(counts)))
+    entries: list[Entry] = []
+    for key, nversions in zip(sorted(keys), counts, strict=True):
+        for seq in sorted((next(seqs) for _ in range(nversions)), reverse=True):
+            kind = draw(st.sampled_from([KIND_VALUE, KIND_VALUE, KIND_DELETE]))
+            entries.append((key, trailer(seq, kind), b"" if kind == KIND_DELETE else draw(value)))
+    return entries
+
+
+@settings(max_examples=60)
+@given(
+    tables(),
+    st.sampled_from([64, 200, 1024, 65536]),
+    st.sampled_from([0.0, 10.0]),
+    st.lists(st.binary(max_size=10), max_size=6),
+    st.data(),
+)
+def test_round_trip(
+    entries: list[Entry], block_size: int, bits_per_key: float, probes: list[bytes], data: st.DataObject
+) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        meta = build(d, entries, block_size=block_size, bits_per_key=bits_per_key)
+        keys = sorted({e[0] for e in entries})
+        assert (meta.smallest, meta.largest, meta.num_entries) == (keys[0], keys[-1], len(entries))
+        assert meta.num_deletions == sum(1 for e in entries if e[1] & 0xFF == KIND_DELETE)
+        stats = Stats()
+        reader = open_table(d, stats=stats, block_cache=LRUCache(1 << 20) if data.draw(st.booleans()) else None)
+        assert reader.filter.num_keys == len(keys)  # one filter key per distinct user key
+
+        seqs = sorted({e[1] >> 8 for e in entries})
+        snapshots = [0, MAX_SEQUENCE, *data.draw(st.lists(st.sampled_from(seqs), max_size=8))]
+        snapshots += [s - 1 for s in snapshots[2:]]
+        for key in keys + probes:
+            h = key_hash(key)
+            for snap in snapshots:
+                before = stats.block_reads + stats.block_cache_hits
+                assert reader.get(key, h, snap) == reference_get(entries, key, snap)
+                assert stats.block_reads + stats.block_cache_hits - before <= 1  # never more than one block
+
+        for _ in range(4):
+            bounds = st.one_of(st.none(), st.sampled_from(keys), st.binary(max_size=10))
+            start, stop = data.draw(bounds), data.draw(bounds)
+            expect = [e for e in entries if (start is None or e[0] >= start) and (stop is None or e[0] < stop)]
+            assert list(reader.iter(start, stop)) == expect
+            assert list(reader.iter(start, stop, reverse=True)) == expect[::-1]
+        assert list(reader.iter_entries()) == entries
+        reader.verify()
+        reader.close()
+
+
+@pytest.mark.parametrize("nversions", [148, 149, 150])  # so that k's oldest version ends a block in one case
+def test_versions_straddling_blocks_read_one_block_per_lookup(tmp: str, nversions: int) -> None:
+    entries = [(b"a", trailer(1000), b"a")]
+    entries += [(b"k", trailer(2 * i), b"v%03d" % (2 * i)) for i in range(nversions, 0, -1)]  # seqs 2, 4, ...
+    entries += [(b"z", trailer(1), b"z")]
+    meta = build(tmp, entries, block_size=64)
+    stats = Stats()
+    reader = open_table(tmp, stats=stats)
+    assert reader.props.num_data_blocks > 40
+    h = key_hash(b"k")
+    for snap in range(2 * nversions + 3):
+        before = stats.block_reads
+        trace: list[dict[str, object]] = []
+        got = reader.get(b"k", h, snap, trace)
+        newest = min(snap - snap % 2, 2 * nversions)
+        assert got == (None if newest < 2 else (KIND_VALUE, b"v%03d" % newest))
+        assert trace[0]["outcome"] == ("not_visible" if newest < 2 else "found")
+        assert stats.block_reads - before == 1
+    assert stats.filter_true_positives == 2 * nversions + 3
+    assert meta.min_seq == 1 and meta.max_seq == 1000
+
+
+def test_not_visible_at_end_of_table_reads_no_block(tmp: str) -> None:
+    build(tmp, [(b"k", trailer(seq), b"") for seq in range(50, 40, -1)], block_size=64)
+    stats = Stats()
+    reader = open_table(tmp, stats=stats)
+    trace: list[dict[str, object]] = []
+    assert reader.get(b"k", key_hash(b"k"), 10, trace) is None
+    assert trace == [{"file": 1, "outcome": "not_visible", "blocks": [], "cached": []}]
+    assert stats.block_reads == 0 and stats.filter_true_positives == 1
+
+
+# -- building -----------------------------------------------------------------------
+
+
+def test_out_of_order_add_raises_value_error(tmp: str) -> None:
+    b = TableBuilder(FS, tmp, 1)
+    b.add(b"b", trailer(5), b"")
+    for key, t in [(b"a", trailer(9)), (b"b", trailer(5)), (b"b", trailer(6)), (b"b", trailer(5, KIND_DELETE) + 1)]:
+        with pytest.raises(ValueError):
+            b.add(key, t, b"")
+    b.add(b"b", trailer(4, KIND_DELETE), b"")  # still usable: older version of the same key
+    b.add(b"c", trailer(99), b"")
+    assert b.num_entries == 3
+    b.abandon()
+
+
+def test_empty_builder_cannot_finish(tmp: str) -> None:
+    b = TableBuilder(FS, tmp, 3)
+    with pytest.raises(ValueError):
+        b.finish()
+    assert os.listdir(tmp) == ["000003.sst.tmp"]
+    b.abandon()
+    assert os.listdir(tmp) == []
+
+
+def test_atomic_rename_and_syncs(tmp: str) -> None:
+    calls: list[str] = []
+
+    class RecordingFS(FileSystem):
+        def open_writable(self, path: str) -> WritableFile:
+            inner = super().open_writable(path)
+
+            class Recorded:
+                def append(self, data: bytes) -> None:
+                    inner.append(data)
+
+                def flush(self) -> None:
+                    inner.flush()
+
+                def sync(self) -> None:
+                    calls.append("sync " + os.path.basename(path))
+                    inner.sync()
+
+                def close(self) -> None:
+                    inner.close()
+
+            return Recorded()
+
+        def rename(self, src: str, dst: str) -> None:
+            calls.append(f"rename {os.path.basename(src)} {os.path.basename(dst)}")
+            super().rename(src, dst)
+
+        def sync_dir(self, path: str) -> None:
+            calls.append("sync_dir")
+            super().sync_dir(path)
+
+    b = TableBuilder(RecordingFS(), tmp, 12)
+    assert os.listdir(tmp) == ["000012.sst.tmp"]
+    b.add(b"k", trailer(1), b"v")
+    assert b.estimated_size() > 0
+    meta = b.finish()
+    assert calls == ["sync 000012.sst.tmp", "rename 000012.sst.tmp 000012.sst", "sync_dir"]
+    assert os.listdir(tmp) == ["000012.sst"]
+    assert meta.file_size == os.path.getsize(os.path.join(tmp, "000012.sst"))
+    with pytest.raises(ValueError):
+        b.add(b"l", trailer(2), b"")
+
+
+def test_abandon_removes_the_temporary_file(tmp: str) -> None:
+    b = TableBuilder(FS, tmp, 7)
+    b.add(b"k", trailer(1), b"v" * 10000)
+    b.abandon()
+    b.abandon()
+    assert os.listdir(tmp) == []
+
+
+def test_file_names() -> None:
+    assert table_file_name(12) == "000012.sst"
+    assert table_file_name(1234567) == "1234567.sst"
+    assert parse_table_file_name("000012.sst") == 12
+    for name in ["000012.sst.tmp", "MANIFEST", "x.sst", "000012.log", ".sst", "١٢.sst"]:
+        assert parse_table_file_name(name) is None
+
+
+def test_properties_describe_the_file(tmp: str) -> None:
+    entries = simple_entries(500)
+    entries[3] = (entries[3][0], trailer(entries[3][1] >> 8, KIND_DELETE), b"")
+    meta = build(tmp, entries, block_size=512, bits_per_key=8)
+    p = open_table(tmp).props
+    assert (p.num_entries, p.num_deletions, p.smallest, p.largest) == (500, 1, b"key00000", b"key00998")
+    assert (p.min_seq, p.max_seq, p.bits_per_key, p.format_version) == (1, 500, 8.0, 1)
+    assert p.filter_num_bits == 4000 and p.filter_k >= 1
+    assert p.num_data_blocks > 1
+    props_size = meta.file_size - FOOTER_SIZE - p.data_size - p.filter_size - p.index_size
+    assert 0 < props_size < 1000
+    assert abs(p.creation_time - __import__("time").time()) < 60
+
+
+# -- read accounting ----------------------------------------------------------------
+
+
+def test_open_reads_no_data_block(tmp: str) -> None:
+    build(tmp, simple_entries(300), block_size=256)
+    stats = Stats()
+    reader = open_table(tmp, stats=stats)
+    assert (stats.block_reads, stats.index_loads, stats.filter_loads) == (0, 1, 1)
+    assert stats.block_bytes_read == reader.file_size - reader.props.data_size
+    assert reader.block_reads == 0
+
+
+def test_filter_negative_reads_nothing_and_positive_reads_one_block(tmp: str) -> None:
+    build(tmp, simple_entries(1000), block_size=256, bits_per_key=10)
+    stats = Stats()
+    reader = open_table(tmp, stats=stats)
+    negatives = 0
+    for i in range(1999):  # keys from smallest to largest; the odd ones are absent
+        key = b"key%05d" % i
+        trace: list[dict[str, object]] = []
+        before = stats.block_reads
+        got = reader.get(key, key_hash(key), MAX_SEQUENCE, trace)
+        outcome = trace[0]["outcome"]
+        if i % 2 == 0:
+            assert got == (KIND_VALUE, b"value-%d" % (i // 2 + 1)) and outcome == "found"
+            assert stats.block_reads - before == 1
+        elif outcome == "filter_negative":
+            negatives += 1
+            assert got is None and stats.block_reads == before
+        else:
+            assert got is None and outcome == "false_positive" and stats.block_reads - before == 1
+    assert negatives > 900  # about 1% false positives at 10 bits per key
+    assert stats.filter_checks == reader.filter_checks == 1999
+    assert stats.filter_negatives == reader.filter_negatives == negatives
+    assert stats.filter_positives == reader.filter_positives == 1999 - negatives
+    assert stats.filter_true_positives == reader.filter_true_positives == 1000
+    assert stats.block_reads == reader.block_reads == 1999 - negatives
+
+
+def test_no_filter_means_exactly_one_block_per_probe_in_range(tmp: str) -> None:
+    build(tmp, simple_entries(1000), block_size=128, bits_per_key=0)
+    stats = Stats()
+    reader = open_table(tmp, stats=stats)
+    assert reader.filter.num_bits == 0
+    for i in range(1999):  # every key from smallest to largest, present or not
+        key = b"key%05d" % i
+        before = stats.block_reads
+        reader.get(key, key_hash(key), MAX_SEQUENCE)
+        assert stats.block_reads - before == 1
+    assert stats.filter_negatives == 0
+    assert stats.filter_true_positives == 1000
+
+
+def test_trace_outcomes(tmp: str) -> None:
+    build(
+        tmp, [(b"b", trailer(5, KIND_DELETE), b""), (b"d", trailer(7), b"dv"), (b"f", trailer(2), b"")], bits_per_key=0
+    )
+    stats = Stats()
+    reader = open_table(tmp, stats=stats, block_cache=LRUCache(1 << 16))
+    trace: list[dict[str, object]] = []
+    assert reader.get(b"a", key_hash(b"a"), 10, trace) is None
+    assert reader.get(b"d", key_hash(b"d"), 10, trace) == (KIND_VALUE, b"dv")
+    assert reader.get(b"b", key_hash(b"b"), 10, trace) == (KIND_DELETE, b"")
+    assert reader.get(b"c", key_hash(b"c"), 10, trace) is None
+    assert reader.get(b"d", key_hash(b"d"), 6, trace) is None
+    assert trace == [
+        {"file": 1, "outcome": "skipped_by_range"},
+        {"file": 1, "outcome": "found", "blocks": [0], "cached": [False]},
+        {"file": 1, "outcome": "tombstone", "blocks": [0], "cached": [True]},
+        {"file": 1, "outcome": "false_positive", "blocks": [0], "cached": [True]},
+        {"file": 1, "outcome": "not_visible", "blocks": [0], "cached": [True]},
+    ]
+    assert (stats.tables_considered, stats.tables_skipped_by_range, stats.filter_checks) == (5, 1, 4)
+    assert (stats.filter_positives, stats.filter_true_positives) == (4, 3)
+    build(tmp, [(b"b", trailer(1), b"")], number=2, bits_per_key=10)
+    trace.clear()
+    assert open_table(tmp, 2).get(b"a", key_hash(b"a"), 10, trace) is None
+    assert open_table(tmp, 2).get(b"b\x00", key_hash(b"b\x00"), 10, trace) is None
+    assert trace == [{"file": 2, "outcome": "skipped_by_range"}, {"file": 2, "outcome": "skipped_by_range"}]
+
+
+def test_read_block_counts_by_kind(tmp: str) -> None:
+    build(tmp, simple_entries(50), block_size=256)
+    reader = open_table(tmp)
+    f = FS.open_random(reader.path)
+    stats = Stats()
+    data = read_block(f, 0, reader._sizes[0], stats, reader.path, kind=BLOCK_DATA)
+    assert Block(data).count > 0
+    assert (stats.block_reads, stats.block_bytes_read) == (1, reader._sizes[0])
+    with pytest.raises(CorruptionError, match="checksum"):  # a data block is not an index block
+        read_block(f, 0, reader._sizes[0], stats, reader.path, kind=BLOCK_INDEX)
+    assert stats.index_loads == 1
+    with pytest.raises(CorruptionError, match="does not fit") as e:
+        read_block(f, 10, 1 << 40, stats, reader.path, kind=BLOCK_FILTER)
+    assert e.value.path == reader.path and stats.filter_loads == 0
+    f.close()
+
+
+# -- caches -------------------------------------------------------------------------
+
+
+def test_block_cache_hits_are_not_disk_reads(tmp: str) -> None:
+    build(tmp, simple_entries(1000), block_size=256)
+    stats = Stats()
+    cache: LRUCache[tuple[int, int], Block] = LRUCache(1 << 20)
+    reader = open_table(tmp, stats=stats, block_cache=cache)
+    key = b"key00100"
+    for _ in range(5):
+        assert reader.get(key, key_hash(key), MAX_SEQUENCE) is not None
+    assert (stats.block_reads, stats.block_cache_hits, len(cache)) == (1, 4, 1)
+    assert 0 < cache.usage <= 512
+    # Scans read through the cache but do not fill it.
+    stats.reset()
+    assert len(list(reader.iter())) == 1000
+    assert stats.block_cache_hits == 1 and stats.block_reads == reader.props.num_data_blocks - 1
+    assert len(cache) == 1
+
+
+def test_lru_cache_evicts_least_recently_used_by_charge() -> None:
+    c: LRUCache[str, int] = LRUCache(10)
+    c.put("a", 1, 4)
+    c.put("b", 2, 4)
+    assert c.get("a") == 1  # now b is the least recently used
+    c.put("c", 3, 4)
+    assert (c.get("a"), c.get("b"), c.get("c"), c.usage, len(c)) == (1, None, 3, 8, 2)
+    c.put("a", 9, 2)  # replacing re-charges
+    assert (c.get("a"), c.usage) == (9, 6)
+    c.put("huge", 0, 11)  # larger than the whole cache: not kept, evicts nothing
+    assert (c.get("huge"), len(c)) == (None, 2)
+    c.erase("a")
+    c.erase("missing")
+    assert (c.get("a"), c.usage) == (None, 4)
+    c.clear()
+    assert (len(c), c.usage) == (0, 0)
+    off: LRUCache[str, int] = LRUCache(0)
+    off.put("x", 1, 0)
+    off.put("y", 1, 1)
+    assert off.get("y") is None
+
+
+def test_file_cache_bounds_open_files(tmp: str) -> None:
+    opened: list[str] = []
+
+    class CountingFS(FileSystem):
+        def open_random(self, path: str) -> RandomAccessFile:
+            opened.append(os.path.basename(path))
+            return super().open_random(path)
+
+    fs = CountingFS()
+    for n in (1, 2):
+        build(tmp, simple_entries(100), number=n, block_size=128)
+    files = TableFileCache(fs, 1)
+    stats = Stats()
+    readers = [TableReader.open(fs, tmp, n, stats, file_cache=files) for n in (1, 2)]
+    assert len(files) == 1
+    for _ in range(2):
+        for r in readers:
+            assert r.get(b"key00010", key_hash(b"key00010"), MAX_SEQUENCE) == (KIND_VALUE, b"value-6")
+    assert opened == ["000001.sst", "000002.sst", "000001.sst", "000002.sst", "000001.sst", "000002.sst"]
+    files.evict(readers[1].path)
+    assert len(files) == 0
+    readers[0].close()
+    with pytest.raises(ClosedError):
+        readers[0].get(b"key00010", key_hash(b"key00010"), MAX_SEQUENCE)
+
+
+# -- damage -------------------------------------------------------------------------
+
+
+class _BytesFile:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def pread(self, offset: int, size: int) -> bytes:
+        assert size <= len(self.data), "read longer than the file: a forged length was trusted"
+        return self.data[offset : offset + size]
+
+    def size(self) -> int:
+        return len(self.data)
+
+    def close(self) -> None:
+        pass
+
+
+class _BytesFS(FileSystem):
+    """Serves one table's (damaged) bytes for every open_random."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def open_random(self, path: str) -> RandomAccessFile:
+        return _BytesFile(self.data)
+
+
+def _read_everything(fs: FileSystem, dirname: str, probes: list[bytes]) -> Iterator[object]:
+    reader = TableReader.open(fs, dirname, 1, Stats())
+    for key in probes:
+        yield reader.get(key, key_hash(key), MAX_SEQUENCE)
+        yield reader.get(key, key_hash(key), 3)
+    yield list(reader.iter())
+    yield list(reader.iter(b"key00004", b"key00010", reverse=True))
+
+
+def test_every_flipped_byte_and_truncation_is_detected(tmp: str) -> None:
+    entries = simple_entries(12, versions=2)
+    build(tmp, entries, block_size=96)
+    path = os.path.join(tmp, table_file_name(1))
+    good = FS.read_file(path)
+    probes = [b"key%05d" % i for i in range(26)]
+    expect = list(_read_everything(_BytesFS(good), tmp, probes))
+    assert len(good) > 500
+
+    damaged = [good[:i] + bytes([good[i] ^ 0xFF]) + good[i + 1 :] for i in range(len(good))]
+    damaged += [good[:n] for n in range(len(good))]
+    for data in damaged:
+        fs = _BytesFS(data)
+        # Reads give the right answer or stop with CorruptionError naming the file ...
+        got = []
+        with pytest.raises(CorruptionError) as e:
+            for result in _read_everything(fs, tmp, probes):
+                assert result == expect[len(got)]
+                got.append(result)
+            # ... and since every byte is checksummed, a full check always finds the damage.
+            TableReader.open(fs, tmp, 1, Stats()).verify()
+        assert e.value.path == path
+
+
+def test_foreign_and_forged_files_are_corruption(tmp: str) -> None:
+    path = os.path.join(tmp, table_file_name(1))
+    for data in [b"", b"hello", os.urandom(4096), b"\x00" * 100]:
+        with pytest.raises(CorruptionError, match=r"too short|magic") as e:
+            TableReader.open(_BytesFS(data), tmp, 1, Stats())
+        assert e.value.path == path
+    # A footer with a valid checksum whose handles claim terabytes: refused before any read.
+    forged = b"\x00" * 64 + encode_footer(BlockHandle(1 << 40, 1 << 40), BlockHandle(0, 1 << 40), BlockHandle(0, 9))
+    with pytest.raises(CorruptionError, match="tile") as e:
+        TableReader.open(_BytesFS(forged), tmp, 1, Stats())
+    assert e.value.path == path

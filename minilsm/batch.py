@@ -1,0 +1,222 @@
+"""Write batches: several puts and deletes applied atomically, and their encoding as one log record.
+
+Every write reaches the store as a batch (a single put is a batch of one op):
+the batch is encoded with `encode_batch` into the payload of one log record, so
+that it survives a crash whole or not at all, and operation i gets sequence
+number ``seq + i``, which lets a later op on the same key shadow an earlier one.
+
+Payload layout (all integers little-endian; docs/FORMAT-wal.md)::
+
+    seq u64 | count u32 | count x (kind u8 | key_len u32 | value_len u32 | key | value)
+
+Fixed-width fields rather than LevelDB's varints: a Python decoder reads one
+op header with a single `struct` call, and the 6 bytes or so this costs per op
+are small next to the 16-byte record header.  The payload carries no checksum
+of its own; the log record around it has one.  `decode_batch` still validates
+every field, so a payload damaged in a way the checksum cannot see (a bug, a
+forged file) raises `CorruptionError` instead of producing a wrong write.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Final
+
+from minilsm.errors import ClosedError, CorruptionError
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_SEQUENCE, MAX_VALUE_SIZE, check_key, check_value
+from minilsm.wal import MAX_RECORD_SIZE
+
+Op = tuple[int, bytes, bytes]
+"""One operation: ``(kind, key, value)``; the value of a `KIND_DELETE` op is ``b""``."""
+
+_HEAD: Final = struct.Struct("<QI")
+_OP: Final = struct.Struct("<BII")
+_HEAD_ONE: Final = struct.Struct("<QIBII")
+
+BATCH_HEADER_SIZE: Final = _HEAD.size
+"""Bytes of the payload header: seq u64, count u32 (12)."""
+
+OP_HEADER_SIZE: Final = _OP.size
+"""Bytes in front of each op's key and value: kind u8, key_len u32, value_len u32 (9)."""
+
+
+def encode_batch(seq: int, ops: Sequence[Op]) -> bytes:
+    """The payload of a batch whose first op gets sequence number `seq`.  O(total size).
+
+    `ops` must be valid, as `WriteBatch` makes them: kinds `KIND_VALUE` or
+    `KIND_DELETE`, keys and values within their limits, deletes with an empty
+    value.  A single op takes a fast path with one `struct` call and one join.
+    """
+    if len(ops) == 1:
+        kind, key, value = ops[0]
+        return b"".join((_HEAD_ONE.pack(seq, 1, kind, len(key), len(value)), key, value))
+    parts = [_HEAD.pack(seq, len(ops))]
+    append = parts.append
+    pack_op = _OP.pack
+    for kind, key, value in ops:
+        append(pack_op(kind, len(key), len(value)))
+        append(key)
+        append(value)
+    return b"".join(parts)
+
+
+def decode_batch(payload: bytes, path: str | None = None) -> tuple[int, list[Op]]:
+    """``(seq, ops)`` from an `encode_batch` payload.  O(len(payload)).
+
+    Any malformed payload (truncated, trailing bytes, unknown kind, lengths that
+    disagree with the size, sequence numbers past `MAX_SEQUENCE`) raises
+    `CorruptionError` naming `path`.  The op count is checked against the bytes
+    present before anything is built, so a forged count allocates nothing.
+    """
+    n = len(payload)
+    if n < BATCH_HEADER_SIZE:
+        raise CorruptionError(f"write batch of {n} bytes is shorter than its {BATCH_HEADER_SIZE}-byte header", path)
+    seq, count = _HEAD.unpack_from(payload, 0)
+    if count > (n - BATCH_HEADER_SIZE) // OP_HEADER_SIZE:
+        raise CorruptionError(f"write batch claims {count} operations in {n} bytes", path)
+    if count and seq + count - 1 > MAX_SEQUENCE:
+        raise CorruptionError(f"write batch sequence numbers {seq}+{count} exceed the maximum {MAX_SEQUENCE}", path)
+    ops: list[Op] = []
+    append = ops.append
+    unpack_op = _OP.unpack_from
+    pos = BATCH_HEADER_SIZE
+    for i in range(count):
+        if pos + OP_HEADER_SIZE > n:
+            raise CorruptionError(f"write batch op {i} at offset {pos} is truncated", path)
+        kind, key_len, value_len = unpack_op(payload, pos)
+        if kind == KIND_VALUE:
+            if value_len > MAX_VALUE_SIZE:
+                raise CorruptionError(f"write batch op {i}: value length {value_len} exceeds the maximum", path)
+        elif kind == KIND_DELETE:
+            if value_len:
+                raise CorruptionError(f"write batch op {i}: a delete with a {value_len}-byte value", path)
+        else:
+            raise CorruptionError(f"write batch op {i}: unknown kind {kind}", path)
+        if key_len > MAX_KEY_SIZE:
+            raise CorruptionError(f"write batch op {i}: key length {key_len} exceeds the maximum", path)
+        key_at = pos + OP_HEADER_SIZE
+        value_at = key_at + key_len
+        pos = value_at + value_len
+        if pos > n:
+            raise CorruptionError(f"write batch op {i} runs past the end of the payload", path)
+        append((kind, payload[key_at:value_at], payload[value_at:pos]))
+    if pos != n:
+        raise CorruptionError(f"write batch has {n - pos} bytes after its last op", path)
+    return seq, ops
+
+
+class WriteBatch:
+    """Puts and deletes to apply atomically, in order: a later op on a key wins.
+
+    Standalone, a batch is built and handed to ``db.write(batch)``, and may be
+    written again or cleared and reused.  A batch bound to a store (the store
+    sets `_writer`, as ``db.write_batch()`` does) also works as a context
+    manager that writes on a clean exit and discards everything if the block
+    raises, like plyvel's ``write_batch(transaction=True)``::
+
+        with db.write_batch() as batch:
+            batch.put(b"k1", b"v1")
+            batch.delete(b"k2")
+
+    Once a bound batch is written (or discarded) it is closed: changing or
+    writing it again raises `ClosedError`; reading it stays allowed.
+
+    Costs: `put`/`delete` O(len(key) + len(value)) for validation, amortized
+    O(1) otherwise; `len`, `approximate_size` O(1).
+    """
+
+    __slots__ = ("_closed", "_ops", "_size", "_writer")
+
+    def __init__(self, *, _writer: Callable[[WriteBatch], None] | None = None) -> None:
+        self._ops: list[Op] = []
+        self._size = BATCH_HEADER_SIZE
+        self._writer = _writer
+        self._closed = False
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized."""
+        if self._closed:
+            raise ClosedError("write batch was already written")
+        key = check_key(key)
+        value = check_value(value)
+        self._add(KIND_VALUE, key, value)
+
+    def delete(self, key: bytes) -> None:
+        """Remove `key` (a no-op on the data if it is absent, but still an op with a sequence number)."""
+        if self._closed:
+            raise ClosedError("write batch was already written")
+        self._add(KIND_DELETE, check_key(key), b"")
+
+    def _add(self, kind: int, key: bytes, value: bytes) -> None:
+        size = self._size + OP_HEADER_SIZE + len(key) + len(value)
+        if size > MAX_RECORD_SIZE:
+            raise ValueError(f"write batch would grow to {size} bytes, over the log record limit {MAX_RECORD_SIZE}")
+        self._ops.append((kind, key, value))
+        self._size = size
+
+    def clear(self) -> None:
+        """Drop every op, to reuse the batch."""
+        if self._closed:
+            raise ClosedError("write batch was already written")
+        self._ops.clear()
+        self._size = BATCH_HEADER_SIZE
+
+    @property
+    def ops(self) -> Sequence[Op]:
+        """The ops in order, ready for `encode_batch` (a live view: do not modify it)."""
+        return self._ops
+
+    def __iter__(self) -> Iterator[Op]:
+        """The ops ``(kind, key, value)`` in order; value is ``b""`` for a delete."""
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        """Number of ops."""
+        return len(self._ops)
+
+    @property
+    def approximate_size(self) -> int:
+        """Bytes of the encoded payload, exactly: 12 + sum of (9 + key + value) over the ops."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        """True once a bound batch was written or discarded."""
+        return self._closed
+
+    def write(self) -> None:
+        """Apply the batch atomically through the store it is bound to, then close it."""
+        if self._closed:
+            raise ClosedError("write batch was already written")
+        writer = self._writer
+        if writer is None:
+            raise ValueError("this WriteBatch is not bound to a store; pass it to db.write(batch)")
+        try:
+            writer(self)
+        finally:
+            # Written or failed, the batch is spent: "exactly once" is simpler
+            # to reason about than a retry that might apply it twice.
+            self._closed = True
+
+    def __enter__(self) -> WriteBatch:
+        if self._closed:
+            raise ClosedError("write batch was already written")
+        if self._writer is None:
+            raise ValueError("this WriteBatch is not bound to a store; use `with db.write_batch() as batch:`")
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.write()
+        else:
+            self._ops.clear()
+            self._size = BATCH_HEADER_SIZE
+            self._closed = True
+
+    def __repr__(self) -> str:
+        state = ", closed" if self._closed else ""
+        return f"WriteBatch(ops={len(self._ops)}, approximate_size={self._size}{state})"

@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minilsm import wal
+from minilsm.batch import decode_batch, encode_batch
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.fs import DEFAULT_FS
+from minilsm.keys import KIND_DELETE, KIND_VALUE
 from minilsm.wal import HEADER_SIZE, LogWriter, log_file_name, parse_log_file_name, read_log
 
 PATH = "/db/000009.log"
@@ -71,6 +73,19 @@ def test_record_layout_byte_by_byte() -> None:
     )
     # A zero-filled header never passes: zero fill is recognizable as "never written".
     assert xxhash.xxh32_intdigest(bytes(4)) != 0
+
+
+def test_worked_example_of_the_format_doc() -> None:
+    """The hex dump in docs/FORMAT-wal.md, so that the document stays true to the code."""
+    ops = [(KIND_VALUE, b"key", b"value"), (KIND_DELETE, b"old", b"")]
+    data, _ = encode([encode_batch(1, ops)])
+    assert data == bytes.fromhex(
+        "29 00 00 00 22 e6 a7 98 f7 4c ff 9e ef d1 9a 58"
+        "01 00 00 00 00 00 00 00 02 00 00 00 01 03 00 00"
+        "00 05 00 00 00 6b 65 79 76 61 6c 75 65 00 03 00"
+        "00 00 00 00 00 00 6f 6c 64"
+    )
+    assert decode_batch(read_log(data, PATH).records[0]) == (1, ops)
 
 
 def test_round_trip_through_a_real_file(tmp_path: Path) -> None:

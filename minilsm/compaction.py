@@ -155,6 +155,22 @@ def manual_compaction(version: Version, smallest: bytes | None, largest: bytes |
     return None
 
 
+def bottom_compaction(version: Version, smallest: bytes | None, largest: bytes | None) -> Compaction | None:
+    """Rewrite the deepest level's tables in [smallest, largest] in place (the last step of `compact_range`).
+
+    Merging down leaves the bottom level untouched, yet it may still hold versions
+    that were kept for snapshots since released; rewriting it drops them, as
+    RocksDB's ``bottommost_level_compaction=kForce`` does.
+    """
+    bottom = version.bottom_level_with_data()
+    if bottom == 0:
+        return None
+    inputs = version.overlapping(bottom, smallest, largest)
+    if not inputs:
+        return None
+    return Compaction(bottom, bottom, inputs, [], "manual compaction of the bottom level")
+
+
 def drop_dead(
     versions: Iterator[Entry],
     snapshots: Sequence[int],

@@ -501,6 +501,11 @@ class DB:
                     self._delete_obsolete_files()
                     if self.options.compaction_style == "tiered":
                         break  # one merge of every run is the whole job
+                bottom = compaction.bottom_compaction(self._version, start, stop)
+                if bottom is not None and self.options.compaction_style == "leveled":
+                    self._run_compaction(bottom, manual=True)
+                    del bottom
+                    self._delete_obsolete_files()
             finally:
                 self._compacting = False
                 self._cond.notify_all()

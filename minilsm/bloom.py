@@ -14,9 +14,10 @@ platforms, unlike Python's salted `hash()`) into two independent 64-bit halves
 h1 and h2; probe i is ``(h1 + i * h2) mod m`` (Kirsch and Mitzenmacher, "Less
 hashing, same performance", 2006).  Because the pair depends only on the key,
 the store computes it once per read with `key_hash` and probes every table's
-filter with `may_contain_hash`.  (LevelDB instead rotates one 32-bit hash to get
-its probe step; with large filters that correlates the probes, and the
-false-positive rate at 10 bits per key climbs to about 1.5%.)
+filter with `may_contain_hash`.  (LevelDB instead derives start and step from
+one 32-bit hash: keys whose 32-bit hashes collide share every probe, a floor of
+about n / 2^32 under the rate; RocksDB measured 1.5x the small-filter rate
+near 10 million keys at 15 bits per key; docs/BLOOM.md.)
 
 Costs: `add`/`may_contain` hash once (O(len(key))) and touch k bits, O(k);
 `may_contain_hash` is O(k) and stops at the first clear bit, so an absent key

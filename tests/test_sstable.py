@@ -81,7 +81,9 @@ def tables(draw: st.DrawFn) -> list[Entry]:
     """A table's versions in internal order: binary keys (the empty key too), tombstones, large values,
     and sometimes one key with enough versions to span several blocks."""
     keys = draw(st.lists(st.binary(max_size=10), min_size=1, max_size=30, unique=True))
-    value = st.one_of(st.binary(max_size=30), st.binary(min_size=300, max_size=3000))
+    # Large values are a short random pattern repeated, so that they cost hypothesis few bytes of input.
+    large = st.builds(lambda pattern, n: (pattern * n)[:n], st.binary(min_size=1, max_size=8), st.integers(300, 5000))
+    value = st.one_of(st.binary(max_size=30), large)
     heavy = draw(st.sampled_from([None, *keys]))
     counts = [draw(st.integers(25, 60)) if key == heavy else draw(st.integers(1, 3)) for key in sorted(keys)]
     seqs = iter(draw(st.randoms(use_true_random=False)).sample(range(1, 4 * sum(counts) + 1), sum(counts)))

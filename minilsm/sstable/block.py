@@ -99,8 +99,7 @@ class Block:
         self.data = data
         self.offsets = offsets
         self.count = count
-        self.limit = limit
-        """Where the entries end and the offset array begins."""
+        self.limit = limit  # where the entries end and the offset array begins
 
     def seek(self, key: bytes, trailer: int) -> int:
         """Index of the first version at or after ``(key, trailer)`` in internal order (`count` if none).

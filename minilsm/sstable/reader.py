@@ -270,6 +270,8 @@ class TableReader:
         Lazy: each block is read (or taken from the block cache, which scans do
         not fill) when the scan reaches it, and decoded whole, O(entries).
         """
+        if (start is not None and start > self.largest) or (stop is not None and stop <= self.smallest):
+            return iter(())
         if start is not None and stop is not None and start >= stop:
             return iter(())
         keys = self._last_keys

@@ -20,21 +20,17 @@ Entry = tuple[bytes, int, bytes]
 """One version: (user_key, trailer, value)."""
 
 
-def _forward_order(e: Entry) -> tuple[bytes, int]:
+def _order(e: Entry) -> tuple[bytes, int]:
+    # Internal order is (user key, -trailer) ascending; a reversed source is the same key
+    # descending, which is what heapq.merge(reverse=True) expects of each input.
     return e[0], -e[1]
-
-
-def _reverse_order(e: Entry) -> tuple[bytes, int]:
-    return e[0], e[1]
 
 
 def merge(sources: list[Iterator[Entry]], reverse: bool = False) -> Iterator[Entry]:
     """Merge sources that are each in internal order (or each its exact reverse).  Lazy."""
     if len(sources) == 1:
         return sources[0]
-    if reverse:
-        return heapq.merge(*sources, key=_reverse_order, reverse=True)
-    return heapq.merge(*sources, key=_forward_order)
+    return heapq.merge(*sources, key=_order, reverse=reverse)
 
 
 def concat(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:

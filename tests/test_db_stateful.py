@@ -27,7 +27,8 @@ class StoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="minilsm-state-")
         self.model: dict[bytes, bytes] = {}
-        self.snaps: list[tuple[minilsm.DB, object, dict[bytes, bytes]]] = []
+        self.snaps: dict[int, tuple[minilsm.DB, minilsm.Snapshot, dict[bytes, bytes]]] = {}
+        self.next_snap = 0
         self.db = self._open()
 
     def _open(self) -> minilsm.DB:
@@ -117,24 +118,23 @@ class StoreMachine(RuleBasedStateMachine):
     # -- snapshots --
     @rule(target=snapshots)
     def take_snapshot(self) -> int:
-        snap = self.db.snapshot()
-        self.snaps.append((self.db, snap, dict(self.model)))
-        return len(self.snaps) - 1
+        self.next_snap += 1
+        self.snaps[self.next_snap] = (self.db, self.db.snapshot(), dict(self.model))
+        return self.next_snap
 
     @rule(i=snapshots, key=keys)
     def read_snapshot(self, i: int, key: bytes) -> None:
-        if i >= len(self.snaps):
-            return  # taken before a reopen, which releases every snapshot
-        db, snap, view = self.snaps[i]
-        if db is not self.db:
-            return
-        assert snap.get(key) == view.get(key)  # type: ignore[attr-defined]
-        assert list(snap.iterator()) == sorted(view.items())  # type: ignore[attr-defined]
+        if i not in self.snaps:
+            return  # released, or taken before a reopen (which releases every snapshot)
+        _, snap, view = self.snaps[i]
+        assert snap.get(key) == view.get(key)
+        assert list(snap.iterator()) == sorted(view.items())
+        assert list(snap.iterator(reverse=True)) == sorted(view.items(), reverse=True)
 
     @rule(i=consumes(snapshots))
     def release_snapshot(self, i: int) -> None:
-        if i < len(self.snaps):
-            self.snaps[i][1].close()  # type: ignore[attr-defined]
+        if i in self.snaps:
+            self.snaps.pop(i)[1].close()
 
     @invariant()
     def tables_are_well_formed(self) -> None:

@@ -119,24 +119,36 @@ class DB:
 
     def _open(self) -> None:
         fs, path = self._fs, self.path
-        if fs.exists(path) and not os.path.isdir(path):
-            raise NotFoundError(f"{path} exists and is not a directory")
-        exists = fs.exists(f"{path}/{MANIFEST_NAME}")
-        if not exists:
-            if not self.options.create_if_missing:
-                raise NotFoundError(f"no minilsm store at {path} (create_if_missing is False)")
-            fs.makedirs(path)
-        elif self.options.error_if_exists:
-            raise ExistsError(f"a minilsm store already exists at {path} (error_if_exists is True)")
         try:
-            self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
-        except BlockingIOError as e:
-            raise LockError(f"{path} is already open (by this or another process): {e}") from None
-        try:
-            self._recover(exists)
-        except BaseException:
-            self._file_lock.release()
-            raise
+            if fs.exists(path) and not fs.is_dir(path):
+                raise NotFoundError(f"{path} exists and is not a directory")
+            exists = fs.exists(f"{path}/{MANIFEST_NAME}")
+            if not exists:
+                if not self.options.create_if_missing:
+                    raise NotFoundError(f"no minilsm store at {path} (create_if_missing is False)")
+                fs.makedirs(path)
+            elif self.options.error_if_exists:
+                raise ExistsError(f"a minilsm store already exists at {path} (error_if_exists is True)")
+            try:
+                self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
+            except BlockingIOError as e:
+                raise LockError(f"{path} is already open (by this or another process): {e}") from None
+            try:
+                self._recover(exists)
+            except BaseException:
+                # Nothing of a failed open may linger: not the lock, not the new log's descriptor.
+                log = getattr(self, "_log", None)
+                try:
+                    if log is not None:
+                        log.close()
+                except OSError:
+                    pass  # the open's own failure is the one to report
+                self._file_cache.clear()
+                self._file_lock.release()
+                raise
+        except OSError as e:
+            # Every file operation of an open (and of the recovery it runs) reports as a minilsm error.
+            raise StoreIOError(f"{path}: opening the store failed: {e}") from e
         self._closed = False
         if self.options.background:
             self._bg_thread = threading.Thread(target=self._background_loop, name=f"minilsm-bg:{path}", daemon=True)
@@ -344,8 +356,12 @@ class DB:
     def _new_log(self) -> LogWriter:
         number = self._new_file_number()
         f = self._fs.open_writable(self._log_path(number))
-        # The new file's name must survive a crash before the manifest can point at it.
-        self._fs.sync_dir(self.path)
+        try:
+            # The new file's name must survive a crash before the manifest can point at it.
+            self._fs.sync_dir(self.path)
+        except BaseException:
+            f.close()
+            raise
         return LogWriter(f, number)
 
     # -- reading ----------------------------------------------------------------------

@@ -69,6 +69,9 @@ class FileSystem:
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
 
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
 

@@ -1,0 +1,465 @@
+"""Fault injection: fail every file-system call of a workload in turn, crash, reopen, and check nothing is lost.
+
+As LevelDB's fault_injection_test and RocksDB's FaultInjectionTestFS: the
+workload (puts, deletes, batches, reads, flushes, compactions, a clean reopen)
+runs over `FaultFS` with the Nth call of one kind failing, for every N the
+workload reaches.  Then:
+
+* the failing call, and every later write, raise a minilsm error
+  (`StoreIOError`, then `ReadOnlyError`), never a raw `OSError` or anything else;
+* reads before the crash give exactly the acknowledged data;
+* after a simulated power cut (`FaultFS.crash`) and a reopen, every write
+  acknowledged with ``sync=True`` is there, nothing that was never written is,
+  and with ``sync=False`` the store holds a prefix of the acknowledged writes.
+
+CI runs every failure point of the open/sync/rename/remove/sync_dir kinds and
+a stride through the many write/read calls; ``--slow`` runs them all.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from faultfs import KINDS, FaultFS
+from storeutil import check_invariants, crash, small_options
+
+import minilsm
+from minilsm.errors import ClosedError, ReadOnlyError, StoreIOError
+
+# -- the workload --------------------------------------------------------------------
+
+Op = tuple  # ("put", key, value, sync) | ("delete", key, sync) | ("batch", ops, sync) | ("get", key) | ...
+WRITES = ("put", "delete", "batch")
+KEYS = [b"key%03d" % i for i in range(40)]
+
+
+def workload(seed: int, n: int, sync: str) -> list[Op]:
+    """`n` operations; `sync` is "all", "none" or "mixed" (which writes pass sync=True)."""
+    rng = random.Random(seed)
+    ops: list[Op] = []
+    for i in range(n):
+        s = sync == "all" or (sync == "mixed" and rng.random() < 0.2)
+        r = rng.random()
+        key = rng.choice(KEYS)
+        value = b"v%d." % i + bytes([rng.randrange(256)]) * rng.randrange(8, 160)
+        if r < 0.55:
+            ops.append(("put", key, value, s))
+        elif r < 0.65:
+            ops.append(("delete", key, s))
+        elif r < 0.75:
+            batch = [(rng.random() < 0.8, rng.choice(KEYS), b"b%d.%d" % (i, j) * 6) for j in range(rng.randrange(1, 6))]
+            ops.append(("batch", batch, s))
+        elif r < 0.88:
+            ops.append(("get", key))
+        elif r < 0.92:
+            ops.append(("scan",))
+        elif r < 0.95:
+            ops.append(("flush",))
+        elif r < 0.97:
+            ops.append(("compact",))
+        else:
+            ops.append(("snapshot",))
+    ops.insert(n // 2, ("reopen",))  # a clean close and a recovery, in the middle
+    return ops
+
+
+def apply(model: dict[bytes, bytes], op: Op) -> None:
+    if op[0] == "put":
+        model[op[1]] = op[2]
+    elif op[0] == "delete":
+        model.pop(op[1], None)
+    elif op[0] == "batch":
+        for is_put, k, v in op[1]:
+            if is_put:
+                model[k] = v
+            else:
+                model.pop(k, None)
+
+
+def model_of(ops: list[Op], indexes: list[int]) -> dict[bytes, bytes]:
+    model: dict[bytes, bytes] = {}
+    for i in indexes:
+        apply(model, ops[i])
+    return model
+
+
+# -- running it ----------------------------------------------------------------------
+
+MINILSM_ERRORS = (StoreIOError, ReadOnlyError)
+
+
+@dataclass
+class Run:
+    acked: list[int] = field(default_factory=list)
+    """Indexes of the write ops that took effect, in order: those acknowledged, and a failed one that a
+    reopen in the middle of the run found on disk."""
+    failed_write: int | None = None
+    """The first write op that raised since the last open: it may or may not have reached the disk."""
+    floor: int = 0
+    """How many of `acked` must survive a crash: up to the last sync=True write, flush or recovery."""
+    errors: list[tuple[int, BaseException]] = field(default_factory=list)
+    db: minilsm.DB | None = None
+
+
+def options(fs: FaultFS, background: bool) -> dict[str, object]:
+    return small_options(fs=fs, background=background)
+
+
+def short(errors: list[tuple[int, BaseException]]) -> str:
+    return "; ".join(f"op {i}: {type(e).__name__}: {str(e)[-120:]}" for i, e in errors[:3])
+
+
+def drive(path: str, fs: FaultFS, ops: list[Op], background: bool = False) -> Run:
+    """Run `ops`, checking every outcome; the store is left open (or None if an open failed) in ``run.db``."""
+    run = Run()
+    model: dict[bytes, bytes] = {}
+    snapshots: list[tuple[minilsm.Snapshot, dict[bytes, bytes]]] = []
+    read_only = False
+    try:
+        db: minilsm.DB | None = minilsm.DB(path, **options(fs, background))
+    except StoreIOError as e:
+        run.errors.append((-1, e))
+        return run
+    for i, op in enumerate(ops):
+        assert db is not None
+        kind = op[0]
+        try:
+            if kind == "put":
+                db.put(op[1], op[2], sync=op[3])
+            elif kind == "delete":
+                db.delete(op[1], sync=op[2])
+            elif kind == "batch":
+                with db.write_batch(sync=op[2]) as wb:
+                    for is_put, k, v in op[1]:
+                        if is_put:
+                            wb.put(k, v)
+                        else:
+                            wb.delete(k)
+            elif kind == "get":
+                assert db.get(op[1]) == model.get(op[1]), (i, op)
+            elif kind == "scan":
+                assert dict(db.iterator()) == model, i
+            elif kind == "snapshot":
+                for snap, view in snapshots:
+                    assert dict(snap.iterator()) == view
+                snapshots.append((db.snapshot(), dict(model)))
+            elif kind == "flush":
+                db.flush()
+                run.floor = len(run.acked)
+            elif kind == "compact":
+                db.compact_range()
+                run.floor = len(run.acked)  # compact_range flushes first
+            elif kind == "reopen":
+                snapshots.clear()
+                db.close()
+                db = None
+                db = minilsm.DB(path, **options(fs, background))
+                read_only = False
+                if run.failed_write is not None:
+                    # The failed write may have reached the log, and recovery replayed it: both are allowed.
+                    state = dict(db.iterator())
+                    if state != model:
+                        apply(model, ops[run.failed_write])
+                        assert state == model, f"op {i}: recovery found neither model ({short(run.errors)})"
+                        run.acked.append(run.failed_write)
+                    run.failed_write = None
+                run.floor = len(run.acked)  # recovery wrote everything replayed to a synced table
+        except MINILSM_ERRORS as e:
+            run.errors.append((i, e))
+            if kind in WRITES:
+                if read_only:
+                    assert isinstance(e, ReadOnlyError), f"op {i} {kind}: {e!r} after the store went read-only"
+                elif run.failed_write is None:
+                    run.failed_write = i
+            if kind in WRITES or kind in ("flush", "compact") or isinstance(e, ReadOnlyError):
+                read_only = True
+            if kind == "reopen":
+                break  # the failed open left no store behind
+            continue
+        except ClosedError as e:
+            pytest.fail(f"op {i} {kind}: unexpected {e!r}")
+        if kind in WRITES:
+            assert not read_only, f"op {i}: a write succeeded on a read-only store ({short(run.errors)})"
+            run.acked.append(i)
+            apply(model, op)
+            if op[-1]:
+                run.floor = len(run.acked)
+    run.db = db
+    return run
+
+
+def check_recovered(path: str, ops: list[Op], run: Run, label: str) -> dict[bytes, bytes]:
+    """Reopen after the crash; the state must be the acknowledged writes (or a prefix allowed by `run.floor`)."""
+    with minilsm.DB(path, **small_options()) as db:
+        state = dict(db.iterator())
+        for k in KEYS:
+            assert db.get(k) == state.get(k), f"{label}: get and scan disagree on {k!r}"
+        check_invariants(db)
+    model: dict[bytes, bytes] = {}
+    for n in range(len(run.acked) + 1):
+        if n:
+            apply(model, ops[run.acked[n - 1]])
+        if n >= run.floor and state == model:
+            return state
+    if run.failed_write is not None:
+        apply(model, ops[run.failed_write])
+        if state == model:
+            return state
+    full = model_of(ops, run.acked)
+    lost = sorted(k for k in full if state.get(k) != full[k])[:5]
+    extra = sorted(k for k in state if k not in full)[:5]
+    pytest.fail(
+        f"{label}: recovered state is no allowed prefix of the {len(run.acked)} acknowledged writes "
+        f"(floor {run.floor}, failed write {run.failed_write}); differing keys e.g. {lost}, unexpected {extra}; "
+        f"errors: {short(run.errors)}"
+    )
+
+
+def crash_and_check(path: str, fs: FaultFS, ops: list[Op], run: Run, label: str) -> None:
+    for i, e in run.errors:
+        assert e.__cause__ is not None or isinstance(e, ReadOnlyError), f"{label}: op {i}: {e!r} hides its cause"
+    if run.db is not None:
+        crash(run.db)
+    fs.crash()
+    check_recovered(path, ops, run, label)
+
+
+# -- the FaultFS model itself ----------------------------------------------------------
+
+
+def read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_faultfs_forgets_unsynced_data_creations_and_renames(tmp_path: object) -> None:
+    d = str(tmp_path)
+    with open(os.path.join(d, "old"), "wb") as f:
+        f.write(b"old file")
+    fs = FaultFS()
+    a = fs.open_writable(f"{d}/a")
+    a.append(b"synced")
+    a.sync()
+    a.append(b"+unsynced")
+    fs.sync_dir(d)
+    b = fs.open_writable(f"{d}/b")  # created, synced, but its name never made durable
+    b.append(b"b")
+    b.sync()
+    fs.rename(f"{d}/a", f"{d}/c")  # not durable either
+    fs.remove(f"{d}/old")
+    assert fs.unsynced_files() == [f"{d}/b", f"{d}/c"]
+    lost = fs.crash()
+    assert sorted(os.listdir(d)) == ["a", "old"]
+    assert read(f"{d}/a") == b"synced"
+    assert read(f"{d}/old") == b"old file"
+    assert lost == {"files_vanished": 2, "bytes_dropped": 9, "names_reverted": 2}  # "a" renamed, "old" removed
+    with pytest.raises(RuntimeError):
+        a.append(b"after the crash")
+
+
+def test_faultfs_keeps_what_was_synced_and_fails_the_nth_call(tmp_path: object) -> None:
+    d = str(tmp_path)
+    fs = FaultFS()
+    fs.arm("write", 2, errno.ENOSPC)
+    f = fs.open_writable(f"{d}/t.tmp")
+    f.append(b"1111")
+    with pytest.raises(OSError) as e:
+        f.append(b"2222")
+    assert e.value.errno == errno.ENOSPC
+    f.append(b"3")  # not sticky: the next call works
+    f.sync()
+    fs.rename(f"{d}/t.tmp", f"{d}/t")
+    fs.sync_dir(d)
+    fs.arm("read", 1, sticky=True)
+    with pytest.raises(OSError):
+        fs.read_file(f"{d}/t")
+    with pytest.raises(OSError):
+        fs.open_random(f"{d}/t").pread(0, 1)
+    fs.crash()
+    assert os.listdir(d) == ["t"] and read(f"{d}/t") == b"1111223"
+    assert [x.kind for x in fs.faults] == ["write", "read", "read"]
+
+
+def test_faultfs_torn_crash_keeps_a_prefix_of_unsynced_appends(tmp_path: object) -> None:
+    d = str(tmp_path)
+    sizes = set()
+    for seed in range(20):
+        fs = FaultFS(torn=True, seed=seed)
+        f = fs.open_writable(f"{d}/f")
+        f.append(b"abc")
+        f.sync()
+        fs.sync_dir(d)
+        f.append(b"defghij")
+        fs.crash()
+        data = read(f"{d}/f")
+        assert b"abcdefghij".startswith(data) and len(data) >= 3
+        sizes.add(len(data))
+    assert len(sizes) > 3
+
+
+# -- the sweeps ----------------------------------------------------------------------
+
+
+def fault_points(ops: list[Op], path: str) -> dict[str, int]:
+    """Calls of each kind a fault-free run makes (the failure points to sweep)."""
+    fs = FaultFS()
+    run = drive(path, fs, ops)
+    assert not run.errors and run.db is not None
+    run.db.close()
+    return dict(fs.counts)
+
+
+def sweep(
+    tmp: str,
+    kind: str,
+    ops: list[Op],
+    points: Iterator[int],
+    err: int,
+    label: str,
+    sticky: bool = False,
+    torn: bool = False,
+) -> int:
+    path = os.path.join(tmp, "db")
+    runs = 0
+    for n in points:
+        shutil.rmtree(path, ignore_errors=True)
+        fs = FaultFS(torn=torn, seed=n)
+        fs.arm(kind, n, err, sticky=sticky)
+        run = drive(path, fs, ops)
+        assert fs.faults, f"{label}: {kind} #{n} never happened"
+        assert run.errors, f"{label}: {kind} #{n} failed ({fs.faults[0]}) but no caller saw an error"
+        crash_and_check(path, fs, ops, run, f"{label} {kind} #{n}")
+        runs += 1
+    return runs
+
+
+def stride(total: int, budget: int, slow: bool) -> range:
+    """Every point with --slow; else about `budget` points spread over all of them (always the first)."""
+    step = 1 if slow else max(1, total // budget)
+    return range(1, total + 1, step)
+
+
+@pytest.fixture(scope="module")
+def points_by_mode(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[Op], dict[str, int]]]:
+    tmp = str(tmp_path_factory.mktemp("dry"))
+    out = {}
+    for mode, seed in (("all", 1), ("mixed", 2)):
+        ops = workload(seed, 160, mode)
+        out[mode] = (ops, fault_points(ops, os.path.join(tmp, mode)))
+    return out
+
+
+# Rough CI budget per kind: the rare kinds are swept completely, the frequent ones sampled.
+BUDGET = {"open": 10, "sync": 10, "sync_dir": 10, "rename": 10, "remove": 10, "write": 10, "read": 10}
+
+
+@pytest.mark.parametrize("mode", ["all", "mixed"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_failure_point_surfaces_and_loses_nothing(
+    kind: str,
+    mode: str,
+    points_by_mode: dict[str, tuple[list[Op], dict[str, int]]],
+    tmp_path: object,
+    request: pytest.FixtureRequest,
+) -> None:
+    ops, counts = points_by_mode[mode]
+    total = counts.get(kind, 0)
+    assert total > 0 or kind == "remove", f"the workload makes no {kind} call"
+    slow = bool(request.config.getoption("--slow"))
+    err = errno.ENOSPC if kind in ("write", "sync") and mode == "mixed" else errno.EIO
+    runs = sweep(str(tmp_path), kind, ops, iter(stride(total, BUDGET[kind], slow)), err, f"sync={mode}")
+    print(f"{kind}/{mode}: {runs} of {total} failure points")
+
+
+@pytest.mark.parametrize("kind", ["write", "sync"])
+def test_a_full_disk_fails_every_later_call_and_loses_nothing(
+    kind: str, points_by_mode: dict[str, tuple[list[Op], dict[str, int]]], tmp_path: object
+) -> None:
+    ops, counts = points_by_mode["mixed"]
+    points = random.Random(7).sample(range(1, counts[kind] + 1), 12)
+    sweep(str(tmp_path), kind, ops, iter(points), errno.ENOSPC, "full disk", sticky=True)
+
+
+def test_torn_unsynced_writes_leave_a_prefix(
+    points_by_mode: dict[str, tuple[list[Op], dict[str, int]]], tmp_path: object
+) -> None:
+    """A power cut that keeps part of the unsynced bytes (a torn append) still recovers a prefix."""
+    ops, counts = points_by_mode["mixed"]
+    rng = random.Random(3)
+    for kind in ("write", "sync", "rename", "sync_dir"):
+        points = rng.sample(range(1, counts[kind] + 1), min(8, counts[kind]))
+        sweep(str(tmp_path), kind, ops, iter(points), errno.EIO, "torn", torn=True)
+
+
+def test_crash_without_any_fault_at_many_moments(tmp_path: object) -> None:
+    """No failure at all: cut the power after each prefix of the workload (unsynced data torn or lost)."""
+    ops = workload(5, 120, "none")
+    path = os.path.join(str(tmp_path), "db")
+    for cut in range(0, len(ops), 7):
+        for torn in (False, True):
+            shutil.rmtree(path, ignore_errors=True)
+            fs = FaultFS(torn=torn, seed=cut)
+            run = drive(path, fs, ops[:cut])
+            assert not run.errors
+            crash_and_check(path, fs, ops, run, f"cut at {cut} torn={torn}")
+
+
+# -- background mode ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["write", "sync", "rename", "open", "read", "sync_dir"])
+def test_background_failures_turn_the_store_read_only_and_lose_nothing(kind: str, tmp_path: object) -> None:
+    """Flushes and compactions in a thread: the failure reaches the caller on a later call, as ReadOnlyError."""
+    ops = workload(11, 160, "mixed")
+    path = os.path.join(str(tmp_path), "db")
+    rng = random.Random(kind)
+    for n in sorted(rng.sample(range(1, 150), 6)):
+        for torn in (False, True):
+            shutil.rmtree(path, ignore_errors=True)
+            fs = FaultFS(torn=torn, seed=n)
+            fs.arm(kind, n)
+            run = drive(path, fs, ops, background=True)
+            if fs.faults:
+                assert run.errors or (run.db is not None and run.db._bg_error is not None)
+            crash_and_check(path, fs, ops, run, f"background {kind} #{n} torn={torn}")
+
+
+# -- regressions: one test per bug the sweeps found ------------------------------------------
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("kind", ["open", "sync_dir", "read", "write", "rename"])
+def test_regression_a_failed_open_is_a_store_io_error_and_releases_everything(kind: str, tmp_path: object) -> None:
+    """Was: a raw OSError from recovery (opening the new log, reading the manifest), and the log's fd leaked."""
+    path = os.path.join(str(tmp_path), "db")
+    with minilsm.DB(path, **small_options()) as db:
+        db.put(b"k", b"v")  # stays in the log: the next open replays it, writes a table and a manifest
+    before = open_fds()
+    fs = FaultFS()
+    fs.arm(kind, 1)
+    with pytest.raises(StoreIOError, match="opening the store failed") as e:
+        minilsm.DB(path, **small_options(fs=fs))
+    assert isinstance(e.value.__cause__, OSError)
+    assert open_fds() == before
+    with minilsm.DB(path, **small_options()) as db:  # the lock was released, and nothing was lost
+        assert db.get(b"k") == b"v"
+
+
+def test_regression_the_directory_check_goes_through_the_file_system(tmp_path: object) -> None:
+    """Was: `os.path.isdir` called directly, bypassing the seam."""
+
+    class NoDirs(FaultFS):
+        def is_dir(self, path: str) -> bool:
+            return False
+
+    with pytest.raises(minilsm.NotFoundError, match="not a directory"):
+        minilsm.DB(str(tmp_path), fs=NoDirs())

@@ -301,8 +301,7 @@ class DB:
             except OSError as e:
                 # The log may now end in a partial record; appending more after it would
                 # bury the damage mid-log.  Refuse further writes until a reopen.
-                self._bg_error = e
-                raise StoreIOError(f"writing the log {self._log_path(self._log.number)} failed: {e}") from e
+                raise self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e) from e
             mem = self._mem
             for kind, key, value in ops:
                 mem.add(key, seq, kind, value)
@@ -311,6 +310,21 @@ class DB:
             st = self._stats
             st.log_bytes_written += written
             st.user_bytes_written += sum(len(k) + len(v) for _, k, v in ops)
+
+    def _fail_writes(self, what: str, e: OSError) -> StoreIOError:
+        """Turn the store read-only after a failed write-path operation (mutex held); returns the error to raise.
+
+        Whatever failed (a log append, a new log, a flush, a compaction, a manifest)
+        may have left the files and the in-memory state out of step, so nothing more
+        is built on them: reads go on, writes get `ReadOnlyError`, and a reopen
+        recovers from what is on disk.
+        """
+        err = StoreIOError(f"{self.path}: {what} failed: {e}")
+        err.__cause__ = e
+        if self._bg_error is None:
+            self._bg_error = err
+        self._cond.notify_all()
+        return err
 
     def _check_writable(self) -> None:
         if self._closed or self._closing:
@@ -342,7 +356,10 @@ class DB:
     def _freeze_memtable(self) -> None:
         """The memtable becomes immutable; new writes go to a new memtable and a new log."""
         old_log = self._log
-        new_log = self._new_log()
+        try:
+            new_log = self._new_log()
+        except OSError as e:
+            raise self._fail_writes("starting a new log", e) from e
         self._imm_log_number = old_log.number
         self._imm = self._mem  # set before replacing _mem: a lock-free reader must never miss it
         self._mem = MemTable()
@@ -522,6 +539,8 @@ class DB:
                     self._run_compaction(bottom, manual=True)
                     del bottom
                     self._delete_obsolete_files()
+            except OSError as e:
+                raise self._fail_writes("a manual compaction", e) from e
             finally:
                 self._compacting = False
                 self._cond.notify_all()
@@ -560,6 +579,8 @@ class DB:
         """Inline mode: flush and compact until nothing is due (mutex held)."""
         while self._bg_error is None and self._has_background_work():
             self._do_one_background_job()
+            if self._bg_error is not None:
+                raise self._bg_error  # this call's own failure; later writes get ReadOnlyError
         self._check_writable()
 
     def _do_one_background_job(self) -> None:
@@ -577,6 +598,8 @@ class DB:
                     del c
             # Here, outside the job, no local still holds the version it replaced.
             self._delete_obsolete_files()
+        except OSError as e:
+            self._fail_writes("a background flush or compaction", e)
         except Exception as e:  # noqa: BLE001 - any failure here must stop writes, not vanish in a thread
             self._bg_error = e
             self._cond.notify_all()

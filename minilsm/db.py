@@ -172,6 +172,9 @@ class DB:
             state = ManifestState(levels=[[] for _ in range(self.options.max_levels)])
             if any(_FILE_RE.match(name) for name in fs.listdir(path)):
                 raise CorruptionError("table or log files present but no MANIFEST", f"{path}/{MANIFEST_NAME}")
+            # A new store's manifest comes before any other file of it: a crash while
+            # creating the store then leaves either no store or one that opens.
+            write_manifest(fs, path, state)
         if len(state.levels) > self.options.max_levels:
             raise CorruptionError(
                 f"manifest has {len(state.levels)} levels but max_levels is {self.options.max_levels}",

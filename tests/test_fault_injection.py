@@ -505,3 +505,22 @@ def test_regression_a_failed_flush_or_compaction_raises_store_io_error_then_read
     with minilsm.DB(db.path, **small_options()) as db:  # a reopen makes it writable again
         db.put(b"after", b"reopen")
         assert db.get(b"k1") == b"v1"
+
+
+@pytest.mark.parametrize("kind", ["write", "sync", "rename", "sync_dir"])
+def test_regression_a_crash_while_creating_a_store_leaves_one_that_opens(kind: str, tmp_path: object) -> None:
+    """Was: the first log was created before the first manifest, so a crash in between left a log without a
+    MANIFEST, which every later open refused as corruption."""
+    path = os.path.join(str(tmp_path), "db")
+    for n in range(1, 4):
+        shutil.rmtree(path, ignore_errors=True)
+        fs = FaultFS()
+        fs.arm(kind, n)
+        try:
+            minilsm.DB(path, **small_options(fs=fs)).close()
+        except StoreIOError:
+            pass
+        fs.crash()
+        with minilsm.DB(path, **small_options()) as db:
+            db.put(b"k", b"v")
+            assert db.get(b"k") == b"v"

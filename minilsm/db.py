@@ -413,7 +413,10 @@ class DB:
             trace.append({"source": "memtable", "outcome": "miss" if found is None else _outcome(found[0]),
                           "where": where})
         if found is None:
-            found = self._version.get(key, key_hash(key), seq, trace)
+            try:
+                found = self._version.get(key, key_hash(key), seq, trace)
+            except OSError as e:
+                raise StoreIOError(f"{self.path}: a read failed: {e}") from e
             if found is not None and found[0] == KIND_VALUE:
                 stats.found_in_tables += 1
                 return found[1]
@@ -836,6 +839,8 @@ class DBIterator:
         except StopIteration:
             self.close()
             raise
+        except OSError as e:
+            raise StoreIOError(f"a scan failed reading a table: {e}") from e
 
     def close(self) -> None:
         """Release the tables this iterator pinned.  Further `next` calls stop iteration."""

@@ -524,3 +524,23 @@ def test_regression_a_crash_while_creating_a_store_leaves_one_that_opens(kind: s
         with minilsm.DB(path, **small_options()) as db:
             db.put(b"k", b"v")
             assert db.get(b"k") == b"v"
+
+
+def test_regression_a_failed_read_is_a_store_io_error_and_the_store_stays_writable(tmp_path: object) -> None:
+    """Was: the raw OSError of a failed pread or open escaped from get, iteration and snapshot reads."""
+    fs = FaultFS()
+    with minilsm.DB(os.path.join(str(tmp_path), "db"), **small_options(fs=fs, block_cache_size=0)) as db:
+        for i in range(100):
+            db.put(b"k%03d" % i, b"v%d" % i)
+        db.flush()
+        snap = db.snapshot()
+        for kind in ("read", "open"):
+            for call in (lambda: db.get(b"k050"), lambda: list(db.iterator()), lambda: snap.get(b"k050")):
+                db._file_cache.clear()  # so that "open" is reached too
+                fs.arm(kind, 1)
+                with pytest.raises(StoreIOError) as e:
+                    call()
+                assert isinstance(e.value.__cause__, OSError)
+        db.put(b"k050", b"still writable")  # a failed read does not touch the files
+        assert db.get(b"k050") == b"still writable" and snap.get(b"k050") == b"v50"
+        snap.close()

@@ -360,9 +360,12 @@ class DB:
         """The memtable becomes immutable; new writes go to a new memtable and a new log."""
         old_log = self._log
         try:
+            # The new log's writes may be synced while this memtable waits for its flush:
+            # this log's unsynced tail must not be the only thing a crash then loses.
+            old_log.sync()
             new_log = self._new_log()
         except OSError as e:
-            raise self._fail_writes("starting a new log", e) from e
+            raise self._fail_writes("syncing the full log or starting a new one", e) from e
         self._imm_log_number = old_log.number
         self._imm = self._mem  # set before replacing _mem: a lock-free reader must never miss it
         self._mem = MemTable()

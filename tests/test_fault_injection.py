@@ -23,6 +23,7 @@ import gc
 import os
 import random
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -32,6 +33,7 @@ from storeutil import check_invariants, crash, small_options
 
 import minilsm
 from minilsm.errors import ClosedError, ReadOnlyError, StoreIOError
+from minilsm.fs import WritableFile
 
 # -- the workload --------------------------------------------------------------------
 
@@ -544,3 +546,34 @@ def test_regression_a_failed_read_is_a_store_io_error_and_the_store_stays_writab
         db.put(b"k050", b"still writable")  # a failed read does not touch the files
         assert db.get(b"k050") == b"still writable" and snap.get(b"k050") == b"v50"
         snap.close()
+
+
+def test_regression_a_synced_write_in_a_new_log_implies_the_old_log_survives(tmp_path: object) -> None:
+    """Was: freezing a memtable closed its log without syncing it.  While the flush was pending, a sync=True
+    write to the new log could become durable and the older, unsynced writes be lost: not a prefix."""
+
+    class StalledFlush(FaultFS):
+        reached = threading.Event()
+        gate = threading.Event()
+
+        def open_writable(self, path: str) -> WritableFile:
+            if path.endswith(".sst.tmp"):  # the flush of the frozen memtable waits, then fails
+                self.reached.set()
+                self.gate.wait(10)
+                raise OSError(errno.EIO, "the flush never finishes", path)
+            return super().open_writable(path)
+
+    fs = StalledFlush()
+    db = minilsm.DB(os.path.join(str(tmp_path), "db"), **small_options(fs=fs, background=True, memtable_size=1000))
+    n = 0
+    while not fs.reached.is_set():
+        db.put(b"k%04d" % n, b"v" * 50, sync=False)
+        n += 1
+        fs.reached.wait(0.01 if n > 15 else 0)
+    db.put(b"last", b"synced", sync=True)  # in the new log, acknowledged while the flush is stuck
+    fs.crash()
+    fs.gate.set()
+    crash(db)
+    with minilsm.DB(db.path, **small_options()) as db:
+        assert db.get(b"last") == b"synced"
+        assert [db.get(b"k%04d" % i) for i in range(n)] == [b"v" * 50] * n

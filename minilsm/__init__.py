@@ -2,6 +2,7 @@
 
 from minilsm.batch import WriteBatch
 from minilsm.bloom import BloomFilter, expected_fpr, key_hash, optimal_params
+from minilsm.db import DB, DBIterator, RecoveryReport, Snapshot
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
@@ -12,25 +13,24 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.db import DB, DBIterator, RecoveryReport, Snapshot
 from minilsm.options import Options
 
 __all__ = [
     "DB",
     "BloomFilter",
-    "DBIterator",
-    "RecoveryReport",
-    "Snapshot",
-    "WriteBatch",
     "ClosedError",
     "CorruptionError",
+    "DBIterator",
     "Error",
     "ExistsError",
     "LockError",
     "NotFoundError",
     "Options",
     "ReadOnlyError",
+    "RecoveryReport",
+    "Snapshot",
     "StoreIOError",
+    "WriteBatch",
     "expected_fpr",
     "key_hash",
     "optimal_params",

@@ -248,11 +248,8 @@ def write_tables(
 
 def compaction_entries(c: Compaction, version: Version, snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:
     """The merged, cleaned stream a compaction writes."""
-    if c.level == 0:
-        # Level-0 tables (or tiered runs) overlap: each is its own source.
-        sources = [t.iter() for t in c.inputs]
-    else:
-        sources = [concat(t.iter() for t in c.inputs)]
+    # Level-0 tables (and tiered runs) overlap, so each is its own source; a deeper level is one run.
+    sources = [t.iter() for t in c.inputs] if c.level == 0 else [concat(t.iter() for t in c.inputs)]
     if c.overlaps:
         sources.append(concat(t.iter() for t in c.overlaps))
     if c.drops_all_tombstones:

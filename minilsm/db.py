@@ -24,23 +24,24 @@ each write in at least one of the places it looks.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
-from minilsm import compaction
+from minilsm import compaction, report
 from minilsm.batch import WriteBatch, decode_batch, encode_batch
 from minilsm.bloom import key_hash
 from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
-    Error,
     ExistsError,
     LockError,
     NotFoundError,
@@ -48,14 +49,15 @@ from minilsm.errors import (
     StoreIOError,
 )
 from minilsm.iterators import Entry, concat, merge, prefix_bounds, visible
-from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_SEQUENCE, check_key, check_value
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
 from minilsm.options import Options
-from minilsm.sstable.builder import TableBuilder, TableMeta
+from minilsm.report import ReadTrace
+from minilsm.sstable.builder import TableBuilder
 from minilsm.sstable.format import table_file_name
-from minilsm.sstable.reader import TableReader
-from minilsm.stats import Stats
+from minilsm.sstable.reader import BlockCache, TableReader
+from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
 from minilsm.wal import LogWriter, log_file_name, read_log
 
@@ -111,7 +113,9 @@ class DB:
         self._snapshot_ids = 0
         self._versions: weakref.WeakSet[Version] = weakref.WeakSet()  # every Version someone still holds
         self._pending_outputs: set[int] = set()  # table numbers being written, not yet in a version
-        self._block_cache = LRUCache(self.options.block_cache_size) if self.options.block_cache_size else None
+        self._block_cache: BlockCache | None = (
+            LRUCache(self.options.block_cache_size) if self.options.block_cache_size else None
+        )
         self._file_cache = TableFileCache(self._fs, self.options.max_open_files)
         self._imm: MemTable | None = None
         self._imm_log_number = 0  # the log holding the frozen memtable's writes
@@ -190,7 +194,8 @@ class DB:
             readers = []
             for meta in level:
                 if not fs.exists(f"{path}/{table_file_name(meta.number)}"):
-                    raise CorruptionError("table listed in the manifest is missing", f"{path}/{table_file_name(meta.number)}")
+                    table_path = f"{path}/{table_file_name(meta.number)}"
+                    raise CorruptionError("table listed in the manifest is missing", table_path)
                 readers.append(self._open_table(meta.number))
                 self._next_file = max(self._next_file, meta.number + 1)
                 self._last_seq = max(self._last_seq, meta.max_seq)
@@ -242,10 +247,8 @@ class DB:
         if self._bg_thread is not None:
             self._bg_thread.join()
         with self._mutex:
-            try:
+            with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
                 self._log.close()
-            except OSError:
-                pass  # every acknowledged record was already handed to the OS
             self._file_lock.release()
             self._closed = True
             self._closing = False
@@ -370,10 +373,9 @@ class DB:
         self._imm = self._mem  # set before replacing _mem: a lock-free reader must never miss it
         self._mem = MemTable()
         self._log = new_log
-        try:
+        # Its records were handed to the OS on append; the file stays until the flush is durable.
+        with contextlib.suppress(OSError):
             old_log.close()
-        except OSError:
-            pass  # its records were flushed to the OS on append; the log stays until the flush is durable
         self._cond.notify_all()
 
     def _new_log(self) -> LogWriter:
@@ -609,7 +611,7 @@ class DB:
             self._delete_obsolete_files()
         except OSError as e:
             self._fail_writes("a background flush or compaction", e)
-        except Exception as e:  # noqa: BLE001 - any failure here must stop writes, not vanish in a thread
+        except Exception as e:
             self._bg_error = e
             self._cond.notify_all()
 
@@ -745,23 +747,61 @@ class DB:
             if kind == "log" and not tmp and number >= keep_log:
                 continue
             name = (table_file_name(number) if kind == "sst" else log_file_name(number)) + (".tmp" if tmp else "")
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 fs.remove(f"{self.path}/{name}")
-            except FileNotFoundError:
-                pass
             if kind == "sst":
                 self._file_cache.evict(f"{self.path}/{name}")
         if fs.exists(f"{self.path}/{MANIFEST_NAME}.tmp"):
             fs.remove(f"{self.path}/{MANIFEST_NAME}.tmp")
 
-    # -- introspection (refined by the observability layer) ---------------------------
+    # -- introspection (assembled by minilsm.report) ----------------------------------
 
-    def stats(self, reset: bool = False) -> Stats:
-        """A copy of the counters; with `reset`, also zero them."""
-        snap = self._stats.copy()
+    def stats(self, reset: bool = False, *, measure_space: bool = False) -> DBStats:
+        """A frozen snapshot of the counters, per level and per table; with `reset`, also zero them all.
+
+        O(tables).  `measure_space` also scans the whole store for `live_bytes` and so
+        `space_amplification`, O(data); that scan's block reads count after the snapshot.
+        """
+        version = self._version
+        mem, imm = self._mem, self._imm
+        memtable_bytes = mem.approximate_size + (imm.approximate_size if imm is not None else 0)
+        snap = report.snapshot(self._stats, version, memtable_bytes)
         if reset:
-            self._stats.reset()
+            report.reset(self._stats, version)
+        if measure_space:
+            snap = dataclasses.replace(snap, live_bytes=report.live_bytes(self.iterator()))
         return snap
+
+    def tables(self) -> list[TableInfo]:
+        """Every live table: level, file, size, entries, tombstones, key range, filter and its FPR.  O(tables)."""
+        return report.table_infos(self._version)
+
+    def explain(self, key: bytes) -> ReadTrace:
+        """Read `key` and return the trace of that read: each memtable and table it looked at, and why.
+
+        This is the real read path run with a trace list, so it counts in `stats()`
+        like any `get` (the counters stay a true account of the work done).  It
+        holds the write lock for the read so that no flush or compaction changes
+        the tables under it, which lets each step name its table's level.
+        """
+        key = check_key(key)
+        trace: Trace = []
+        with self._mutex:
+            if self._closed:
+                raise ClosedError(f"{self.path}: the store is closed")
+            version, seq = self._version, self._last_seq
+            value = self._get(key, seq, None, trace)
+        return report.read_trace(key, seq, value, trace, version)
+
+    def may_contain(self, key: bytes) -> bool:
+        """False only if `key` is certainly absent, judged by the memtables and the filters: no data block is read.
+
+        O(memtables + tables a read would probe); counts nothing in `stats()`.
+        """
+        key = check_key(key)
+        if self._closed:
+            raise ClosedError(f"{self.path}: the store is closed")
+        return report.may_contain(key, self._last_seq, (self._mem, self._imm), self._version)
 
     @property
     def version(self) -> Version:

@@ -83,7 +83,10 @@ class Options:
         need(self.target_file_size >= 1, "target_file_size must be >= 1")
         need(2 <= self.max_levels <= 20, "max_levels must be in 2..20")
         need(self.tiered_min_threshold >= 2, "tiered_min_threshold must be >= 2")
-        need(0 < self.tiered_bucket_low <= 1 <= self.tiered_bucket_high, "tiered buckets must satisfy 0 < low <= 1 <= high")
+        need(
+            0 < self.tiered_bucket_low <= 1 <= self.tiered_bucket_high,
+            "tiered buckets must satisfy 0 < low <= 1 <= high",
+        )
 
     @classmethod
     def make(cls, options: Options | None = None, **kwargs: Any) -> Options:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
+from itertools import pairwise
 
 from minilsm.bloom import KeyHash
 from minilsm.sstable.builder import TableMeta
@@ -140,7 +141,7 @@ class Version:
     def check_invariants(self) -> None:
         """Raise AssertionError unless levels 1+ are sorted and free of overlaps (used by tests)."""
         for level, tables in enumerate(self.levels[1:], start=1):
-            for a, b in zip(tables, tables[1:], strict=False):
+            for a, b in pairwise(tables):
                 if not a.largest < b.smallest:
                     raise AssertionError(
                         f"level {level}: table {a.number} [{a.smallest!r}..{a.largest!r}] overlaps or precedes "

@@ -166,10 +166,9 @@ def test_type_errors_and_size_limits_lose_nothing(db: minilsm.DB) -> None:
         db.put(b"x" * (MAX_KEY_SIZE + 1), b"v")
     with pytest.raises(ValueError, match="maximum"):
         db.put(b"k", b"x" * (MAX_VALUE_SIZE + 1))
-    with pytest.raises(TypeError):
-        with db.write_batch() as wb:
-            wb.put(b"ok", b"1")
-            wb.put("bad", b"2")  # type: ignore[arg-type]
+    with pytest.raises(TypeError), db.write_batch() as wb:
+        wb.put(b"ok", b"1")
+        wb.put("bad", b"2")  # type: ignore[arg-type]
     assert db.get(b"ok") is None
     assert db.get(b"keep") == b"me"
     db.put(bytearray(b"ba"), memoryview(b"mv"))  # bytes-like values are copied, not refused

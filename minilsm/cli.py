@@ -1,0 +1,363 @@
+"""`minilsm`: the command line (``minilsm ...`` and ``python -m minilsm ...`` both run `main`).
+
+Every command is a thin layer over the library: it opens the store, calls one
+method (`DB.get`, `DB.stats`, `DB.explain`, ...) or one tool (`run_demo`,
+`check_store`, `dump_table`), and prints the result as text or, with
+``--json``, as JSON.  Keys and values on the command line are UTF-8 text (any
+bytes the shell passed come through unchanged), or hex with ``--hex``; reports
+print them as text when they are printable UTF-8, else as ``0x`` and hex (all
+hex with ``--hex``).
+
+Read commands open the store with flushes and compactions inline
+(``background=False``), so they change nothing on disk beyond what opening
+does (a log left by an unclean close becomes a level-0 table).
+
+Exit status: 0 success; 1 a negative answer (``get``: no such key; ``check``:
+damage found); 2 a usage error (bad arguments, an invalid key); 3 the store
+could not be used (a `minilsm.Error`, such as damage, a held lock or a
+missing store, or an OS error), with the reason on stderr and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from minilsm import __version__
+from minilsm.check import check_store
+from minilsm.db import DB
+from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
+from minilsm.errors import Error
+from minilsm.fs import DEFAULT_FS
+from minilsm.keys import check_key, check_value
+from minilsm.report import ShowKey, dump_table, format_stats, format_tables, show_bytes, size
+
+EXIT_OK: Final = 0
+EXIT_NEGATIVE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_ERROR: Final = 3
+
+
+class UsageError(Exception):
+    """A command-line argument that argparse could not judge (an invalid hex key, ...)."""
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def _show(args: argparse.Namespace) -> ShowKey:
+    return bytes.hex if args.hex else show_bytes
+
+
+def _arg_bytes(args: argparse.Namespace, text: str, what: str = "key") -> bytes:
+    """A key or value from the command line: hex with --hex, else the bytes the shell passed (UTF-8 text)."""
+    try:
+        data = bytes.fromhex(text) if args.hex else os.fsencode(text)
+        return check_value(data) if what == "value" else check_key(data)
+    except ValueError as e:
+        raise UsageError(f"{what} {text!r}: {'not valid hex' if args.hex and 'hex' in str(e) else e}") from None
+
+
+def _optional_bytes(args: argparse.Namespace, text: str | None, what: str) -> bytes | None:
+    return None if text is None else _arg_bytes(args, text, what)
+
+
+def _print_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+def _open(args: argparse.Namespace, *, create: bool = False, **options: Any) -> DB:
+    return DB(args.path, create_if_missing=create, background=False, **options)
+
+
+# -- commands ---------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.keys < 2:
+        raise UsageError("--keys must be at least 2")
+    t0 = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - t0:5.1f} s] {message}", file=sys.stderr, flush=True)
+
+    result = run_demo(args.path, args.keys, args.reads, args.bits_per_key, None if args.quiet else progress)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(result.render())
+    return EXIT_OK
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    key = _arg_bytes(args, args.key)
+    with _open(args) as db:
+        value = db.get(key)
+    show = _show(args)
+    if args.json:
+        _print_json({"key": show(key), "found": value is not None, "value": None if value is None else show(value)})
+    elif value is not None:
+        print(show(value))
+    else:
+        print(f"{show(key)}: not found", file=sys.stderr)
+    return EXIT_OK if value is not None else EXIT_NEGATIVE
+
+
+def cmd_put(args: argparse.Namespace) -> int:
+    key, value = _arg_bytes(args, args.key), _arg_bytes(args, args.value, "value")
+    with _open(args, create=True, bits_per_key=args.bits_per_key) as db:
+        db.put(key, value, sync=True)
+    if args.json:
+        _print_json({"key": _show(args)(key), "written": True})
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    key = _arg_bytes(args, args.key)
+    with _open(args, bits_per_key=args.bits_per_key) as db:
+        db.delete(key, sync=True)
+    if args.json:
+        _print_json({"key": _show(args)(key), "deleted": True})
+    return EXIT_OK
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    show = _show(args)
+    start = _optional_bytes(args, args.start, "start key")
+    stop = _optional_bytes(args, args.stop, "stop key")
+    prefix = _optional_bytes(args, args.prefix, "prefix")
+    rows = []
+    with _open(args) as db, db.iterator(start, stop, prefix=prefix, reverse=args.reverse) as it:
+        for i, (key, value) in enumerate(it):
+            if args.limit is not None and i >= args.limit:
+                break
+            if args.json:
+                rows.append({"key": show(key), "value": show(value)})
+            else:
+                print(f"{show(key)}\t{show(value)}")
+    if args.json:
+        _print_json(rows)
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as db:
+        stats = db.stats(measure_space=True)
+    if args.json:
+        _print_json(stats.to_dict(_show(args)))
+    else:
+        print("(counters count since this command opened the store: the reads and writes of a running")
+        print(" application are in its own db.stats(); the shape and amplification below are the store's)")
+        print(format_stats(stats))
+    return EXIT_OK
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    with _open(args) as db:
+        rows = db.tables()
+    show = _show(args)
+    if args.json:
+        _print_json([t.to_dict(show) for t in rows])
+    else:
+        print(format_tables(rows, show))
+    return EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    key = _arg_bytes(args, args.key)
+    with _open(args) as db:
+        trace = db.explain(key)
+    show = _show(args)
+    if args.json:
+        _print_json(trace.to_dict(show))
+    else:
+        print(trace.render(show))
+    return EXIT_OK
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    start = _optional_bytes(args, args.start, "start key")
+    stop = _optional_bytes(args, args.stop, "stop key")
+    with _open(args, bits_per_key=args.bits_per_key) as db:
+        before = db.stats()
+        db.compact_range(start, stop)
+        after = db.stats()
+    if args.json:
+        _print_json(
+            {
+                "before": [{"level": lv.level, "tables": lv.tables, "bytes": lv.bytes} for lv in before.levels],
+                "after": [{"level": lv.level, "tables": lv.tables, "bytes": lv.bytes} for lv in after.levels],
+                "compactions": after.compactions - before.compactions,
+            }
+        )
+    else:
+
+        def shape(levels: Sequence[Any]) -> str:
+            parts = [f"L{lv.level} {lv.tables}" for lv in levels if lv.tables]
+            return ", ".join(parts) or "no tables"
+
+        print(f"before: {shape(before.levels)} ({size(before.table_bytes)})")
+        print(
+            f"after:  {shape(after.levels)} ({size(after.table_bytes)}), "
+            f"{after.compactions - before.compactions} compactions"
+        )
+    return EXIT_OK
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    try:
+        dump = dump_table(DEFAULT_FS, args.file, entries=args.entries, limit=args.limit)
+    except ValueError as e:  # not a table file name
+        raise UsageError(str(e)) from None
+    show = _show(args)
+    if args.json:
+        _print_json(dump.to_dict(show))
+    else:
+        print(dump.render(show))
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    report = check_store(args.path)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return EXIT_OK if report.ok else EXIT_NEGATIVE
+
+
+# -- the parser -------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print the result as JSON")
+    common.add_argument("--hex", action="store_true", help="keys and values are hex, on input and output")
+    bpk = argparse.ArgumentParser(add_help=False)
+    bpk.add_argument(
+        "--bits-per-key",
+        type=float,
+        default=10.0,
+        metavar="B",
+        help="Bloom filter bits per key of the tables this writes (0: no filters; default 10)",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="minilsm",
+        description="minilsm: an LSM key-value store with Bloom filters you can measure.",
+        epilog="Exit status: 0 ok, 1 not found or damage found, 2 usage error, 3 the store could not be used.",
+    )
+    parser.add_argument("--version", action="version", version=f"minilsm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], help: str, parents: Sequence[argparse.ArgumentParser] = ()
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, parents=[common, *parents])
+        p.set_defaults(func=func)
+        return p
+
+    p = command("demo", cmd_demo, "measure the data-block reads Bloom filters avoid, with and without filters")
+    p.add_argument(
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help="keep the two stores under PATH (default: a temporary directory, removed afterwards)",
+    )
+    p.add_argument("--keys", type=_positive, default=DEFAULT_KEYS, help=f"keys to load (default {DEFAULT_KEYS:,})")
+    p.add_argument(
+        "--reads",
+        type=_positive,
+        default=DEFAULT_READS,
+        help=f"reads of each kind, missing and present (default {DEFAULT_READS:,})",
+    )
+    p.add_argument(
+        "--bits-per-key",
+        type=float,
+        default=10.0,
+        metavar="B",
+        help="filter bits per key of the store with filters (default 10)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    p = command("get", cmd_get, "print the value of KEY (exit status 1 if absent)")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("key", metavar="KEY")
+
+    p = command("put", cmd_put, "set KEY to VALUE (creates the store if missing; synced)", [bpk])
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("value", metavar="VALUE")
+
+    p = command("delete", cmd_delete, "delete KEY (synced)", [bpk])
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("key", metavar="KEY")
+
+    p = command("scan", cmd_scan, "print key<TAB>value lines in key order")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--start", metavar="KEY", help="first key (inclusive)")
+    p.add_argument("--stop", metavar="KEY", help="end key (exclusive)")
+    p.add_argument("--prefix", metavar="P", help="only keys beginning with P")
+    p.add_argument("--reverse", action="store_true", help="descending order")
+    p.add_argument("--limit", type=_positive, metavar="N", help="at most N pairs")
+
+    p = command("stats", cmd_stats, "counters, per-level filter figures, write and space amplification")
+    p.add_argument("path", metavar="PATH")
+
+    p = command("tables", cmd_tables, "every live table: level, keys, filter, expected vs measured FP rate")
+    p.add_argument("path", metavar="PATH")
+
+    p = command("explain", cmd_explain, "read KEY and show each step: memtables, key ranges, filters, blocks")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("key", metavar="KEY")
+
+    p = command("compact", cmd_compact, "compact the store (or [--start, --stop]) down to the bottom level", [bpk])
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--start", metavar="KEY", help="first key of the range")
+    p.add_argument("--stop", metavar="KEY", help="last key of the range")
+
+    p = command("dump", cmd_dump, "one table file: footer, properties, index, filter, and optionally its entries")
+    p.add_argument("file", metavar="FILE.sst")
+    p.add_argument("--entries", action="store_true", help="also list the versions it stores")
+    p.add_argument("--limit", type=_positive, metavar="N", help="with --entries: the first N only")
+
+    p = command("check", cmd_check, "verify every checksum of every live file (exit status 1 on damage)")
+    p.add_argument("path", metavar="PATH")
+    return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return n
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command in `argv` (default: ``sys.argv[1:]``) and return its exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except UsageError as e:
+        print(f"minilsm {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (Error, OSError) as e:
+        if isinstance(e, BrokenPipeError):
+            # The reader of our output went away (`minilsm scan ... | head`): not an error.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+        print(f"minilsm {args.command}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"minilsm {args.command}: interrupted", file=sys.stderr)
+        return 130

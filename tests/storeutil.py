@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import minilsm
 from minilsm.db import DB
 
@@ -48,4 +51,13 @@ def small_options(**kw: object) -> dict[str, object]:
     return opts
 
 
-__all__ = ["check_invariants", "crash", "minilsm", "small_options"]
+def fast_tmp_dir() -> tempfile.TemporaryDirectory[str]:
+    """A temporary directory in RAM (/dev/shm) when there is one: a real filesystem whose fsync costs nothing.
+
+    For tests that must run on real files (subprocesses, the demo) yet fsync hundreds of times.
+    """
+    shm = "/dev/shm"
+    return tempfile.TemporaryDirectory(prefix="minilsm-test-", dir=shm if os.access(shm, os.W_OK) else None)
+
+
+__all__ = ["check_invariants", "crash", "fast_tmp_dir", "minilsm", "small_options"]

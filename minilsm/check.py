@@ -63,10 +63,11 @@ class CheckReport:
 
     def render(self) -> str:
         lines = [f"{'DAMAGE' if f.damage else 'note'}: {f.file}: {f.message}" for f in self.findings]
+        problems = sum(f.damage for f in self.findings)
         lines.append(
-            f"{self.path}: {self.tables_checked} tables ({self.table_bytes_checked:,} bytes) and "
-            f"{self.logs_checked} logs ({self.log_records_checked:,} records) checked: "
-            + ("ok" if self.ok else f"{sum(f.damage for f in self.findings)} problem(s) found")
+            f"{self.path}: {_count(self.tables_checked, 'table')} ({self.table_bytes_checked:,} bytes) and "
+            f"{_count(self.logs_checked, 'log')} ({_count(self.log_records_checked, 'record')}) checked: "
+            + ("ok" if self.ok else f"{_count(problems, 'problem')} found")
         )
         return "\n".join(lines)
 
@@ -113,6 +114,10 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
         return report
     finally:
         lock.release()
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def _is_store_file(name: str) -> bool:

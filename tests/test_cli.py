@@ -1,0 +1,258 @@
+"""Every `minilsm` command, in process through `main([...])` and as a real process through ``python -m minilsm``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from storeutil import fast_tmp_dir, small_options
+
+import minilsm
+from minilsm.cli import EXIT_ERROR, EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def key(n: int) -> bytes:
+    return b"key%05d" % n
+
+
+def build(path: str, n: int = 600) -> None:
+    """A store of n keys (even numbers) over several tables and levels, and a tombstone."""
+    with minilsm.DB(path, **small_options()) as db:
+        for i in range(n):
+            db.put(key(2 * ((i * 7919) % n)), b"value %d" % i)
+        db.delete(key(4))
+        db.flush()
+
+
+@pytest.fixture
+def store() -> Iterator[str]:
+    with fast_tmp_dir() as d:
+        path = os.path.join(d, "store")
+        build(path)
+        yield path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def tables_of(path: str) -> list[str]:
+    return sorted(n for n in os.listdir(path) if n.endswith(".sst"))
+
+
+# -- in process ------------------------------------------------------------------------
+
+
+def test_put_get_delete_scan(capsys: pytest.CaptureFixture[str]) -> None:
+    with fast_tmp_dir() as d:
+        s = os.path.join(d, "s")
+        assert run(capsys, "put", s, "apple", "red") == (EXIT_OK, "", "")  # creates the store
+        assert run(capsys, "put", s, "banana", "yellow")[0] == EXIT_OK
+        assert run(capsys, "put", s, "--hex", "00ff", "0102")[0] == EXIT_OK
+        assert run(capsys, "put", s, "pêche", "rose")[0] == EXIT_OK  # UTF-8 text
+        assert run(capsys, "get", s, "apple") == (EXIT_OK, "red\n", "")
+        assert run(capsys, "get", s, "--hex", "00ff") == (EXIT_OK, "0102\n", "")
+        code, out, err = run(capsys, "get", s, "pear")
+        assert (code, out) == (EXIT_NEGATIVE, "") and "pear: not found" in err
+        code, out, _ = run(capsys, "get", s, "pear", "--json")
+        assert code == EXIT_NEGATIVE and json.loads(out) == {"key": "pear", "found": False, "value": None}
+        assert run(capsys, "scan", s)[1] == "0x00ff\t0x0102\napple\tred\nbanana\tyellow\npêche\trose\n"
+        assert run(capsys, "scan", s, "--start", "b", "--reverse")[1] == "pêche\trose\nbanana\tyellow\n"
+        assert run(capsys, "scan", s, "--prefix", "6261", "--hex")[1] == "62616e616e61\t79656c6c6f77\n"
+        assert run(capsys, "scan", s, "--stop", "b", "--limit", "1")[1] == "0x00ff\t0x0102\n"
+        assert json.loads(run(capsys, "scan", s, "--json", "--start", "p")[1]) == [{"key": "pêche", "value": "rose"}]
+        assert run(capsys, "delete", s, "apple")[0] == EXIT_OK
+        assert run(capsys, "get", s, "apple")[0] == EXIT_NEGATIVE
+        with minilsm.DB(s) as db:  # what the commands wrote is what the library reads
+            assert dict(db.iterator()) == {b"\x00\xff": b"\x01\x02", b"banana": b"yellow", "pêche".encode(): b"rose"}
+
+
+def test_stats_tables_explain(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "stats", store)
+    assert code == EXIT_OK
+    for phrase in (
+        "filters",
+        "negatives (data-block reads avoided)",
+        "write amplification",
+        "space amplification",
+        "levels",
+    ):
+        assert phrase in out
+    stats = json.loads(run(capsys, "stats", store, "--json")[1])
+    assert stats["space_amplification"] > 1 and stats["live_bytes"] > 0
+    assert sum(lv["tables"] for lv in stats["levels"]) == len(tables_of(store))
+
+    code, out, _ = run(capsys, "tables", store)
+    assert code == EXIT_OK and "expected FPR" in out and len(out.splitlines()) == 1 + len(tables_of(store))
+    rows = json.loads(run(capsys, "tables", store, "--json")[1])
+    assert sorted(r["file_name"] for r in rows) == tables_of(store)
+    assert sum(r["tombstones"] for r in rows) == 1
+
+    code, out, _ = run(capsys, "explain", store, "key00006")
+    assert code == EXIT_OK and out.startswith("get key00006 at sequence") and "-> found" in out
+    trace = json.loads(run(capsys, "explain", store, "key00007", "--json")[1])
+    assert trace["outcome"] == "not found" and trace["steps"][0]["text"] == "memtable: miss"
+    trace = json.loads(run(capsys, "explain", store, "--hex", key(4).hex(), "--json")[1])
+    assert trace["outcome"] == "deleted" and trace["key"] == key(4).hex()
+
+
+def test_compact(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "compact", store, "--json")
+    assert code == EXIT_OK
+    result = json.loads(out)
+    assert result["compactions"] > 0
+    assert sum(1 for lv in result["after"] if lv["tables"]) == 1  # everything merged down to one level
+    with minilsm.DB(store) as db:
+        assert db.get(key(6)) is not None and db.get(key(4)) is None
+        assert sum(t.tombstones for t in db.tables()) == 0  # the tombstone reached the bottom and was dropped
+    code, out, _ = run(capsys, "compact", store)
+    assert code == EXIT_OK and out.startswith("before:") and "after:" in out
+
+
+def test_dump(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    table = os.path.join(store, tables_of(store)[0])
+    code, out, _ = run(capsys, "dump", table)
+    assert code == EXIT_OK
+    for phrase in ("footer", "index block", "properties", "num_entries", "filter: m=", "fill ratio", "data blocks"):
+        assert phrase in out
+    assert "entries (first" not in out
+    d = json.loads(run(capsys, "dump", table, "--entries", "--limit", "3", "--json")[1])
+    assert len(d["entries"]) == min(3, d["properties"]["num_entries"])
+    assert 0.0 < d["filter"]["fill_ratio"] < 1.0 and d["filter"]["k"] == 7
+    assert next(b["offset"] for b in d["index"]) == 0 and len(d["index"]) == d["properties"]["num_data_blocks"]
+    assert d["footer"]["filter_block"]["offset"] == d["properties"]["data_size"]
+
+
+def test_check_finds_damage_and_says_where(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", store)
+    assert code == EXIT_OK and out.rstrip().endswith("ok")
+    name = tables_of(store)[len(tables_of(store)) // 2]
+    with open(os.path.join(store, name), "r+b") as f:  # flip one byte of the first data block
+        f.seek(10)
+        byte = f.read(1)
+        f.seek(10)
+        f.write(bytes([byte[0] ^ 0x40]))
+    code, out, _ = run(capsys, "check", store)
+    assert (
+        code == EXIT_NEGATIVE
+        and f"DAMAGE: {name}: data block at offset 0: checksum mismatch" in out
+        and "1 problem found" in out
+    )
+    report = json.loads(run(capsys, "check", store, "--json")[1])
+    assert not report["ok"] and [f["file"] for f in report["findings"] if f["damage"]] == [name]
+    os.remove(os.path.join(store, name))
+    code, out, _ = run(capsys, "check", store)
+    assert code == EXIT_NEGATIVE and f"DAMAGE: {name}: missing" in out
+
+
+def test_check_damaged_manifest_and_torn_log(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = sorted(n for n in os.listdir(store) if n.endswith(".log"))
+    with open(os.path.join(store, logs[-1]), "ab") as f:
+        f.write(b"\x07\x00")  # a torn record: too short for its header
+    code, out, _ = run(capsys, "check", store)
+    assert code == EXIT_OK and "note" in out and "torn tail of 2 bytes" in out
+    with open(os.path.join(store, "MANIFEST"), "r+b") as f:
+        f.seek(30)
+        f.write(b"#")
+    code, out, _ = run(capsys, "check", store)
+    assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST" in out
+
+
+def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with fast_tmp_dir() as d:
+        code, _, err = run(capsys, "get", os.path.join(d, "nothing"), "k")
+        assert code == EXIT_ERROR and "no minilsm store" in err
+        code, _, err = run(capsys, "check", d)
+        assert code == EXIT_ERROR and "no minilsm store" in err
+    with minilsm.DB(store):
+        code, _, err = run(capsys, "get", store, "k")  # the store is open: its lock is held
+        assert code == EXIT_ERROR and "already open" in err
+        code, _, err = run(capsys, "check", store)
+        assert code == EXIT_ERROR and "is open" in err
+    code, _, err = run(capsys, "get", store, "--hex", "zz")
+    assert code == EXIT_USAGE and "not valid hex" in err
+    code, _, err = run(capsys, "put", store, "k" * 70000, "v")
+    assert code == EXIT_USAGE and "maximum" in err
+    code, _, err = run(capsys, "dump", os.path.join(store, "MANIFEST"))
+    assert code == EXIT_USAGE and "not a table file name" in err
+    table = os.path.join(store, tables_of(store)[0])
+    with open(table, "r+b") as f:
+        f.truncate(os.path.getsize(table) - 1)
+    code, _, err = run(capsys, "dump", table)
+    assert code == EXIT_ERROR and tables_of(store)[0] in err
+    with pytest.raises(SystemExit) as e:
+        main(["get", store])  # missing KEY: argparse's usage error
+    assert e.value.code == EXIT_USAGE
+    with pytest.raises(SystemExit):
+        main(["demo", "--keys", "0"])
+
+
+def test_console_script_points_at_main() -> None:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["minilsm"] == "minilsm.cli:main"
+
+
+# -- as real processes -----------------------------------------------------------------
+
+
+def test_every_command_through_python_dash_m(store: str) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+    def start(*argv: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "minilsm", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+
+    def finish(p: subprocess.Popen[str]) -> tuple[int, str, str]:
+        out, err = p.communicate(timeout=60)
+        assert "Traceback" not in err
+        return p.returncode, out, err
+
+    table = os.path.join(store, tables_of(store)[0])
+    with fast_tmp_dir() as d, ThreadPoolExecutor(1) as pool:
+        # The commands that write run one after another, beside the others.
+        w = os.path.join(d, "written")
+        writes = [("put", w, "a", "1"), ("put", w, "b", "2"), ("delete", w, "a"), ("compact", w), ("scan", w)]
+        chain = pool.submit(lambda: [finish(start(*argv)) for argv in writes])
+        # Commands that only read run side by side, each on a copy (they would refuse each other's lock).
+        copies = {}
+        for name in ("get", "missing", "scan", "stats", "tables", "explain", "check"):
+            copies[name] = os.path.join(d, name)
+            subprocess.run(["cp", "-r", store, copies[name]], check=True)
+        procs = {
+            "get": start("get", copies["get"], "key00006"),
+            "missing": start("get", copies["missing"], "key00007"),
+            "scan": start("scan", copies["scan"], "--prefix", "key0000", "--json"),
+            "stats": start("stats", copies["stats"], "--json"),
+            "tables": start("tables", copies["tables"]),
+            "explain": start("explain", copies["explain"], "key00008"),
+            "check": start("check", copies["check"]),
+            "dump": start("dump", table, "--entries", "--limit", "2"),
+            "version": start("--version"),
+            "nostore": start("stats", os.path.join(d, "nothing")),
+        }
+        results = {name: finish(p) for name, p in procs.items()}
+        assert results["get"][:2] == (EXIT_OK, f"value {next(i for i in range(600) if (i * 7919) % 600 == 3)}\n")
+        assert results["missing"][0] == EXIT_NEGATIVE
+        assert [r["key"] for r in json.loads(results["scan"][1])] == ["key00000", "key00002", "key00006", "key00008"]
+        assert json.loads(results["stats"][1])["levels"]
+        assert results["tables"][0] == EXIT_OK and "measured FPR" in results["tables"][1]
+        assert results["explain"][0] == EXIT_OK and "-> found" in results["explain"][1]
+        assert results["check"][0] == EXIT_OK and results["check"][1].rstrip().endswith("ok")
+        assert results["dump"][0] == EXIT_OK and "entries (first 2 of" in results["dump"][1]
+        assert results["version"][1].startswith("minilsm ")
+        assert results["nostore"][0] == EXIT_ERROR and results["nostore"][2].startswith("minilsm stats: ")
+        *done, scan = chain.result()
+        assert [code for code, _, _ in done] == [EXIT_OK] * 4 and scan == (EXIT_OK, "b\t2\n", "")

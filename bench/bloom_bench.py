@@ -10,18 +10,23 @@ that setting, so the rows compare memory and speed at equal target accuracy.
 
 Times are the best of `--repeat` runs of the whole key list through
 ``deque(map(fn, keys), maxlen=0)``, so they include about 10 ns of iteration.
+They are CPU time of this process (`time.process_time_ns`): the work is pure
+computation, and CPU time is what other processes on a shared machine cannot
+inflate (``--wall`` measures elapsed time instead).
 
-    python -m bench.bloom_bench [--n 100000] [--probes 200000] [--repeat 3] [--json PATH]
+    python -m bench.bloom_bench [--n 100000] [--probes 200000] [--repeat 3] [--wall] [--json PATH]
     python bench/bloom_bench.py ...
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.metadata
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -46,6 +51,9 @@ HEADERS = [
 ]
 OTHERS = {"rbloom": "rbloom", "pybloom-live": "pybloom_live"}
 
+Timer = Callable[[Callable[[], object], int], float]
+"""ns per call of a run making that many calls: `ns_per_call` with the run's repeat count and clock."""
+
 
 def consume(fn: Callable[[Any], object], items: Iterable[Any]) -> None:
     deque(map(fn, items), maxlen=0)
@@ -57,7 +65,7 @@ def progress(message: str) -> None:
         print(f"\r\x1b[K{message}", end="" if message else "\r", file=sys.stderr, flush=True)
 
 
-def measure_minilsm(bits_per_key: int, keys: list[bytes], absent: list[bytes], repeat: int) -> dict[str, Any]:
+def measure_minilsm(bits_per_key: int, keys: list[bytes], absent: list[bytes], timer: Timer) -> dict[str, Any]:
     n = len(keys)
     filters: list[BloomFilter] = []
 
@@ -66,7 +74,7 @@ def measure_minilsm(bits_per_key: int, keys: list[bytes], absent: list[bytes], r
         consume(f.add, keys)
         filters.append(f)
 
-    add_ns = ns_per_call(build, n, repeat)
+    add_ns = timer(build, n)
     f = filters[-1]
     absent_hashes = [key_hash(key) for key in absent]
     present = keys[: len(absent)]
@@ -77,14 +85,14 @@ def measure_minilsm(bits_per_key: int, keys: list[bytes], absent: list[bytes], r
         "measured_fpr": sum(map(f.may_contain_hash, absent_hashes)) / len(absent),
         "bytes_per_key": f.nbytes / n,
         "ns_add": add_ns,
-        "ns_check_absent": ns_per_call(lambda: consume(f.may_contain, absent), len(absent), repeat),
-        "ns_check_present": ns_per_call(lambda: consume(f.may_contain, present), len(present), repeat),
-        "ns_check_hash": ns_per_call(lambda: consume(f.may_contain_hash, absent_hashes), len(absent), repeat),
+        "ns_check_absent": timer(lambda: consume(f.may_contain, absent), len(absent)),
+        "ns_check_present": timer(lambda: consume(f.may_contain, present), len(present)),
+        "ns_check_hash": timer(lambda: consume(f.may_contain_hash, absent_hashes), len(absent)),
     }
 
 
 def measure_other(
-    name: str, module: Any, target_fpr: float, bits_per_key: int, keys: list[bytes], absent: list[bytes], repeat: int
+    name: str, module: Any, target_fpr: float, bits_per_key: int, keys: list[bytes], absent: list[bytes], timer: Timer
 ) -> dict[str, Any]:
     """The same row for another library's filter sized for `target_fpr` over len(keys) keys."""
     n = len(keys)
@@ -100,7 +108,7 @@ def measure_other(
         consume(f.add, keys)
         filters.append(f)
 
-    add_ns = ns_per_call(build, n, repeat)
+    add_ns = timer(build, n)
     f = filters[-1]
     if name == "rbloom":
         k, num_bits = None, f.size_in_bits  # rbloom does not expose its k
@@ -115,8 +123,8 @@ def measure_other(
         "measured_fpr": sum(map(contains, absent)) / len(absent),
         "bytes_per_key": num_bits / 8 / n,
         "ns_add": add_ns,
-        "ns_check_absent": ns_per_call(lambda: consume(contains, absent), len(absent), repeat),
-        "ns_check_present": ns_per_call(lambda: consume(contains, present), len(present), repeat),
+        "ns_check_absent": timer(lambda: consume(contains, absent), len(absent)),
+        "ns_check_present": timer(lambda: consume(contains, present), len(present)),
         "ns_check_hash": None,  # no precomputed-hash entry point
     }
 
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=100_000, help="keys added to each filter (default 100,000)")
     parser.add_argument("--probes", type=int, default=200_000, help="absent keys checked (default 200,000)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per figure; the best is kept (default 3)")
+    parser.add_argument("--wall", action="store_true", help="time elapsed (wall) time instead of process CPU time")
     add_json_option(parser)
     args = parser.parse_args(argv)
     if args.n < 1 or args.probes < 1 or args.repeat < 1:
@@ -168,10 +177,13 @@ def main(argv: list[str] | None = None) -> int:
             versions[dist] = importlib.metadata.version(dist)
         except ImportError:
             versions[dist] = None
+    clock = time.perf_counter_ns if args.wall else time.process_time_ns
+    timer: Timer = functools.partial(ns_per_call, repeat=args.repeat, clock=clock)
     params = {
         "n": args.n,
         "probes": args.probes,
         "repeat": args.repeat,
+        "timer": f"best of {args.repeat}, {'wall' if args.wall else 'process CPU'} time",
         "keys": "b'key:%012d' added, b'absent:%012d' checked",
         "others": ", ".join(f"{d} {v}" if v else f"{d} (not installed)" for d, v in versions.items()),
     }
@@ -179,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ours = []
     for bits_per_key in BITS_PER_KEY:
-        ours.append(measure_minilsm(bits_per_key, keys, absent, args.repeat))
+        ours.append(measure_minilsm(bits_per_key, keys, absent, timer))
         progress(f"minilsm: {bits_per_key}/{BITS_PER_KEY[-1]} bits per key")
     progress("")
     print("minilsm BloomFilter (XXH3-128, double hashing; k = round(bits/key * ln 2))")
@@ -196,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for ref in ours:
             rows.append(
-                measure_other(dist, modules[dist], ref["expected_fpr"], ref["bits_per_key"], keys, absent, args.repeat)
+                measure_other(dist, modules[dist], ref["expected_fpr"], ref["bits_per_key"], keys, absent, timer)
             )
             progress(f"{dist}: {ref['bits_per_key']}/{BITS_PER_KEY[-1]} bits per key")
         progress("")

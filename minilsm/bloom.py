@@ -45,7 +45,6 @@ from minilsm.errors import CorruptionError
 KeyHash = tuple[int, int]
 """The (h1, h2) pair of one key: compute once with `key_hash`, probe many filters."""
 
-_MASK64: Final = (1 << 64) - 1
 _LN2: Final = math.log(2)
 
 MAX_K: Final = 30
@@ -64,6 +63,9 @@ SERIALIZED_OVERHEAD: Final = _HEADER.size + _CHECKSUM.size
 """Bytes a serialized filter adds to its bit array (32)."""
 
 _BIT: Final = (1, 2, 4, 8, 16, 32, 64, 128)  # a tuple index is a little cheaper than `1 << (pos & 7)`
+# The canonical XXH3-128 digest is big-endian, high half first.  Unpacking its 16
+# bytes is ~40 ns cheaper than masking and shifting the 128-bit intdigest.
+_HALVES: Final = struct.Struct(">QQ").unpack
 
 
 def key_hash(key: bytes) -> KeyHash:
@@ -74,8 +76,8 @@ def key_hash(key: bytes) -> KeyHash:
     1/m; that key then sets a single bit, which costs accuracy, never
     correctness.  O(len(key)).
     """
-    d = xxhash.xxh3_128_intdigest(key)
-    return d & _MASK64, (d >> 64) | 1
+    high, low = _HALVES(xxhash.xxh3_128_digest(key))
+    return low, high | 1
 
 
 def probe_positions(h: KeyHash, num_bits: int, k: int) -> list[int]:

@@ -141,6 +141,9 @@ def test_present_keys_count_one_true_positive_per_read_from_tables(db_path: str)
     assert s.filter_true_positives == 999
     assert s.found_in_memtable == 1 and s.found_in_tables == 998 and s.not_found == 1
     assert s.block_reads == s.filter_positives  # no block cache: every positive reads one block
+    # The rate counts only the probes of tables that did not hold the key.
+    assert s.measured_fpr == s.false_positives / (s.filter_negatives + s.false_positives)
+    assert s.filter_checks > s.filter_negatives + s.false_positives
 
 
 def test_reset_zeroes_the_store_and_the_tables_and_returns_what_was_counted(db_path: str) -> None:
@@ -243,6 +246,19 @@ def test_explain_walks_the_real_read_path(db_path: str) -> None:
         assert text.startswith("get k000012 at sequence") and "-> found" in text and "memtable: miss" in text
         assert ("filter: no (read avoided)" in str(missing)) == (missing.reads_avoided > 0)
         json.dumps(found.to_dict())
+
+
+def test_explain_tells_a_block_read_from_a_block_cache_hit(db_path: str) -> None:
+    with DB(db_path, **small_options(block_cache_size=1 << 20)) as db:
+        load(db, range(300))
+        db.flush()
+        first = db.explain(key(150))
+        before = db.stats()
+        second = db.explain(key(150))
+        after = db.stats()
+    assert first.block_reads == 1 and "read -> found" in str(first)
+    assert second.block_reads == 0 and after.block_reads == before.block_reads
+    assert after.block_cache_hits == before.block_cache_hits + 1 and "from the block cache -> found" in str(second)
 
 
 def test_explain_without_filters_reads_a_block_per_table_in_range(db_path: str) -> None:

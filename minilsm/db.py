@@ -98,7 +98,7 @@ class DB:
 
     def __init__(self, path: str | os.PathLike[str], options: Options | None = None, **kwargs: Any) -> None:
         self.options = Options.make(options, **kwargs)
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(path)  # a bytes path too; the file names are built as str
         self._fs = self.options.fs
         self._stats = Stats()
         self._mutex = threading.Lock()

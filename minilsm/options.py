@@ -67,7 +67,17 @@ class Options:
             if not cond:
                 raise ValueError(msg)
 
-        need(self.bits_per_key >= 0, f"bits_per_key must be >= 0, got {self.bits_per_key}")
+        kinds: dict[object, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bool": (bool,)}
+        for f in dataclasses.fields(self):
+            want = kinds.get(f.type)  # the annotation's text: `from __future__ import annotations`
+            v = getattr(self, f.name)
+            # Caught here, not as a crash halfway through creating the store (bool is an int: refused).
+            if want is not None and (not isinstance(v, want) or (isinstance(v, bool) and bool not in want)):
+                raise TypeError(f"{f.name} must be {f.type}, not {type(v).__name__}")
+        if not isinstance(self.fs, FileSystem):
+            raise TypeError(f"fs must be a minilsm.fs.FileSystem, not {type(self.fs).__name__}")
+        # Past ~43 bits per key a filter gains nothing (k is capped at 30); far past it, it exhausts memory.
+        need(0 <= self.bits_per_key <= 100, f"bits_per_key must be in [0, 100], got {self.bits_per_key}")
         need(self.block_size >= 64, f"block_size must be >= 64, got {self.block_size}")
         need(self.block_cache_size >= 0, "block_cache_size must be >= 0")
         need(self.max_open_files >= 1, "max_open_files must be >= 1")
@@ -91,6 +101,8 @@ class Options:
     @classmethod
     def make(cls, options: Options | None = None, **kwargs: Any) -> Options:
         """Options from an optional base plus keyword overrides; unknown names are a TypeError."""
+        if options is not None and not isinstance(options, cls):
+            raise TypeError(f"options must be an Options, not {type(options).__name__} (or pass keyword arguments)")
         base = options if options is not None else cls()
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - names)

@@ -1,0 +1,329 @@
+"""Bad input at every public entry point: a clear error, and the data already written intact afterwards.
+
+Wrong types, oversized keys and values, misuse of batches, iterators and
+snapshots, a closed store, bad options, and directories that are missing,
+foreign, not directories, hold an unreadable or foreign MANIFEST, or are held by
+another process.  "Clear" means a `TypeError`/`ValueError` for an argument
+mistake (as any Python API) and a `minilsm.Error` subclass for everything else,
+never an `AttributeError` or a raw `OSError` from deep inside.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from faultfs import FaultFS
+from storeutil import small_options
+
+import minilsm
+from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
+
+DATA = {b"key%03d" % i: b"value%d" % i * 20 for i in range(200)}
+
+
+@pytest.fixture(params=[False, True], ids=["inline", "background"])
+def db(request: pytest.FixtureRequest, db_path: str) -> Iterator[minilsm.DB]:
+    d = minilsm.DB(db_path, **small_options(background=request.param))
+    for k, v in DATA.items():
+        d.put(k, v)
+    yield d
+    assert_intact(d)
+    d.close()
+    with minilsm.DB(db_path, **small_options()) as again:
+        assert_intact(again)
+
+
+def assert_intact(db: minilsm.DB) -> None:
+    assert dict(db.iterator()) == DATA
+    assert all(db.get(k) == v for k, v in DATA.items())
+
+
+NOT_BYTES: list[Any] = ["str", 1, 1.5, None, [b"a"], (b"a",), {b"a": 1}, object(), True]
+
+
+@pytest.mark.parametrize("bad", NOT_BYTES, ids=lambda b: type(b).__name__)
+def test_wrong_types_raise_type_error_everywhere(db: minilsm.DB, bad: Any) -> None:
+    calls: list[Callable[[], object]] = [
+        lambda: db.get(bad),
+        lambda: db.put(bad, b"v"),
+        lambda: db.put(b"k", bad),
+        lambda: db.delete(bad),
+        lambda: db[bad],
+        lambda: db.__setitem__(b"k", bad),
+        lambda: db.__delitem__(bad),
+        lambda: db.iterator(start=bad) if bad is not None else db.iterator(start=1),  # type: ignore[arg-type]
+        lambda: db.iterator(stop=bad) if bad is not None else db.iterator(stop=1),  # type: ignore[arg-type]
+        lambda: db.iterator(prefix=bad) if bad is not None else db.iterator(prefix=1),  # type: ignore[arg-type]
+        lambda: db.compact_range(bad) if bad is not None else db.compact_range(1),  # type: ignore[arg-type]
+        lambda: db.write(bad),
+        lambda: bad in db,
+    ]
+    for i, call in enumerate(calls):
+        with pytest.raises(TypeError):
+            call()
+            pytest.fail(f"call {i} accepted {bad!r}")
+
+
+def test_bytes_like_arguments_are_accepted_and_copied(db: minilsm.DB) -> None:
+    key, value = bytearray(b"ba"), bytearray(b"mutable")
+    db.put(key, value)
+    value[:] = b"changed"  # the store copied it
+    key[:] = b"zz"
+    assert db.get(memoryview(b"ba")) == b"mutable"
+    db.delete(memoryview(b"ba"))
+
+
+def test_oversized_keys_and_values_raise_value_error(db: minilsm.DB) -> None:
+    big_key = b"k" * (MAX_KEY_SIZE + 1)
+    for call in (
+        lambda: db.put(big_key, b"v"),
+        lambda: db.put(b"k", b"v" * (MAX_VALUE_SIZE + 1)),
+        lambda: db.get(big_key),
+        lambda: db.delete(big_key),
+        lambda: db.iterator(start=big_key),
+        lambda: db.compact_range(big_key),
+    ):
+        with pytest.raises(ValueError, match="maximum"):
+            call()
+    db.put(b"k" * MAX_KEY_SIZE, b"at the limit")  # the limits themselves are fine
+    assert db.get(b"k" * MAX_KEY_SIZE) == b"at the limit"
+    db.delete(b"k" * MAX_KEY_SIZE)
+
+
+def test_batch_misuse(db: minilsm.DB) -> None:
+    with pytest.raises(TypeError):
+        with db.write_batch() as wb:
+            wb.put(b"half", b"applied")
+            wb.put("str", b"v")  # type: ignore[arg-type]
+    assert db.get(b"half") is None  # the batch was discarded whole
+    with db.write_batch() as wb:
+        wb.put(b"once", b"1")
+    with pytest.raises(minilsm.ClosedError):
+        wb.put(b"again", b"2")
+    with pytest.raises(minilsm.ClosedError):
+        wb.write()
+    db.delete(b"once")
+    loose = minilsm.WriteBatch()
+    with pytest.raises(ValueError):
+        loose.write()  # not bound to a store
+    with pytest.raises(ValueError):
+        with loose:
+            pass
+    db.write(loose)  # an empty batch is a no-op
+    with pytest.raises(TypeError):
+        db.write([(1, b"k", b"v")])  # type: ignore[arg-type]
+
+
+def test_iterator_and_range_misuse(db: minilsm.DB) -> None:
+    with pytest.raises(ValueError):
+        db.iterator(include_key=False, include_value=False)
+    assert list(db.iterator(start=b"key150", stop=b"key100")) == []  # an empty range, not an error
+    assert list(db.iterator(prefix=b"nothing")) == []
+    db.compact_range(b"key150", b"key100")  # an inverted range compacts nothing
+    it = db.iterator()
+    next(it)
+    it.close()
+    assert list(it) == []  # a closed iterator is exhausted, not an error
+
+
+def test_closed_store_and_snapshot(db_path: str) -> None:
+    db = minilsm.DB(db_path, **small_options())
+    for k, v in DATA.items():
+        db.put(k, v)
+    snap = db.snapshot()
+    batch = db.write_batch()
+    batch.put(b"late", b"write")
+    db.close()
+    calls: list[Callable[[], object]] = [
+        lambda: db.get(b"k"), lambda: db.put(b"k", b"v"), lambda: db.delete(b"k"), lambda: db[b"key001"],
+        lambda: db.__setitem__(b"k", b"v"), lambda: db.__delitem__(b"key001"), lambda: b"key001" in db,
+        lambda: list(db), lambda: db.iterator(), lambda: db.snapshot(), lambda: db.flush(),
+        lambda: db.compact_range(), lambda: db.write(minilsm.WriteBatch()), lambda: batch.write(),
+        lambda: snap.get(b"key001"), lambda: snap.iterator(), lambda: snap[b"key001"],
+    ]  # fmt: skip
+    for i, call in enumerate(calls):
+        try:
+            call()
+        except minilsm.ClosedError:
+            continue
+        if i == 12:  # an empty batch does nothing, closed store or not
+            continue
+        pytest.fail(f"call {i} on a closed store did not raise ClosedError")
+    snap.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert_intact(db)
+
+
+# -- options ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"bits_per_key": "10"}, TypeError),
+        ({"bits_per_key": True}, TypeError),
+        ({"bits_per_key": -1}, ValueError),
+        ({"bits_per_key": float("nan")}, ValueError),
+        ({"bits_per_key": 1e9}, ValueError),
+        ({"block_size": 4096.5}, TypeError),
+        ({"block_size": 10}, ValueError),
+        ({"max_levels": 2.5}, TypeError),
+        ({"max_levels": 50}, ValueError),
+        ({"memtable_size": 0}, ValueError),
+        ({"max_open_files": 0}, ValueError),
+        ({"sync": "no"}, TypeError),
+        ({"background": 1}, TypeError),
+        ({"fs": None}, TypeError),
+        ({"compaction_style": "universal"}, ValueError),
+        ({"level0_stop_writes_trigger": 1, "level0_compaction_trigger": 4}, ValueError),
+        ({"no_such_option": 1}, TypeError),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_created(options: dict[str, Any], error: type, db_path: str) -> None:
+    """Regression: a float max_levels or memtable_size, a str sync, fs=None or a huge bits_per_key used to be
+    accepted, then crash (TypeError, AttributeError) halfway through creating the store, or fill memory."""
+    with pytest.raises(error):
+        minilsm.DB(db_path, **options)
+    assert not os.path.exists(db_path)
+
+
+@pytest.mark.parametrize("options", ["fast", {"sync": True}, 3])
+def test_an_options_argument_that_is_not_options_is_a_type_error(options: Any, db_path: str) -> None:
+    """Regression: DB(path, "fast") or a dict raised AttributeError: 'str' object has no attribute 'fs'."""
+    with pytest.raises(TypeError, match="Options"):
+        minilsm.DB(db_path, options)
+
+
+def test_a_bytes_path_names_the_same_directory(db_path: str) -> None:
+    """Regression: a bytes path was formatted as "b'...'/LOCK" and the open failed with an odd StoreIOError."""
+    with minilsm.DB(os.fsencode(db_path)) as db:
+        db.put(b"k", b"v")
+        assert db.path == db_path
+    with minilsm.DB(db_path) as db:
+        assert db.get(b"k") == b"v"
+    with pytest.raises(TypeError):
+        minilsm.DB(3)  # type: ignore[arg-type]
+
+
+# -- directories ---------------------------------------------------------------------------
+
+
+def test_missing_directory_and_path_under_a_file(tmp_path: Any) -> None:
+    with pytest.raises(minilsm.NotFoundError):
+        minilsm.DB(os.path.join(str(tmp_path), "nowhere"), create_if_missing=False)
+    f = os.path.join(str(tmp_path), "file")
+    with open(f, "w") as fh:
+        fh.write("x")
+    with pytest.raises(minilsm.NotFoundError, match="not a directory"):
+        minilsm.DB(f)
+    with pytest.raises(minilsm.StoreIOError):
+        minilsm.DB(os.path.join(f, "db"))  # its parent is a file
+    with open(f) as fh:
+        assert fh.read() == "x"
+
+
+def test_a_directory_of_unrelated_files_gets_a_store_and_keeps_its_files(tmp_path: Any) -> None:
+    d = str(tmp_path)
+    theirs = {"notes.txt": b"mine", "data.bin": bytes(range(256)), "LOCKS": b"", "MANIFEST.bak": b"old"}
+    for name, data in theirs.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    with minilsm.DB(d, **small_options()) as db:
+        for k, v in DATA.items():
+            db.put(k, v)
+        db.compact_range()
+    with minilsm.DB(d, **small_options()) as db:
+        assert_intact(db)
+    for name, data in theirs.items():
+        with open(os.path.join(d, name), "rb") as f:
+            assert f.read() == data
+
+
+def test_a_directory_with_files_named_like_ours_is_refused_untouched(tmp_path: Any) -> None:
+    d = str(tmp_path)
+    for name in ("000001.log", "000007.sst"):
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(b"someone else's")
+    with pytest.raises(minilsm.CorruptionError, match="no MANIFEST"):
+        minilsm.DB(d)
+    assert sorted(n for n in os.listdir(d) if n != "LOCK") == ["000001.log", "000007.sst"]
+
+
+@pytest.mark.parametrize("content", [b"", b"{}", b"not a manifest at all", b"MLSMMANI" + bytes(100)])
+def test_a_foreign_manifest_is_corruption_and_nothing_is_deleted(db_path: str, content: bytes) -> None:
+    with minilsm.DB(db_path, **small_options()) as db:
+        for k, v in DATA.items():
+            db.put(k, v)
+        db.flush()
+    before = sorted(os.listdir(db_path))
+    with open(os.path.join(db_path, "MANIFEST"), "wb") as f:
+        f.write(content)
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path)
+    assert e.value.path is not None and e.value.path.endswith("MANIFEST")
+    assert sorted(os.listdir(db_path)) == before
+
+
+def test_an_unreadable_manifest_is_a_store_io_error(db_path: str) -> None:
+    with minilsm.DB(db_path, **small_options()) as db:
+        for k, v in DATA.items():
+            db.put(k, v)
+    fs = FaultFS()
+    fs.arm("read", 1, sticky=True)  # EIO on every read: what a permission or media error looks like
+    with pytest.raises(minilsm.StoreIOError, match="MANIFEST"):
+        minilsm.DB(db_path, fs=fs)
+    if os.geteuid() != 0:  # root reads through any permission bits
+        os.chmod(os.path.join(db_path, "MANIFEST"), 0)
+        with pytest.raises(minilsm.StoreIOError):
+            minilsm.DB(db_path)
+        os.chmod(os.path.join(db_path, "MANIFEST"), 0o644)
+    manifest = os.path.join(db_path, "MANIFEST")
+    os.rename(manifest, manifest + ".moved")
+    os.mkdir(manifest)  # a MANIFEST that cannot be read as a file
+    with pytest.raises(minilsm.Error):
+        minilsm.DB(db_path)
+    os.rmdir(manifest)
+    os.rename(manifest + ".moved", manifest)
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert_intact(db)
+
+
+def test_a_store_held_by_another_process_is_refused_and_left_working(db_path: str) -> None:
+    with minilsm.DB(db_path, **small_options()) as db:
+        for k, v in DATA.items():
+            db.put(k, v)
+    holder = textwrap.dedent(f"""
+        import sys, minilsm
+        db = minilsm.DB({db_path!r})
+        db.put(b"holder", b"was here")
+        print("open", flush=True)
+        sys.stdin.readline()
+        db.put(b"holder", b"still works")
+        db.close()
+        print("closed", flush=True)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                            text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        assert proc.stdout.readline().strip() == "open"
+        for _ in range(3):
+            with pytest.raises(minilsm.LockError, match="already open"):
+                minilsm.DB(db_path)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "closed"
+    finally:
+        proc.kill()
+        proc.wait()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"holder") == b"still works"
+        del db[b"holder"]
+        assert_intact(db)

@@ -1,0 +1,433 @@
+"""Adapters that give minilsm and the stores a Python user would pick instead one shape for the workloads.
+
+Each adapter opens one store in a directory and exposes its operations as
+plain callables (``put(key, value)``, ``get(key) -> bytes | None``,
+``delete(key)``), bound directly to the store's own method wherever its API
+already has that shape, so that no store pays for a wrapper it does not need.
+Where a wrapper is unavoidable (SQL statements, LMDB transactions) it is the
+least a user would write.
+
+Every store runs with durability matched to minilsm's default ``sync=False``:
+each write is handed to the operating system before the call returns (it
+survives the process being killed) but is not fsynced (a power cut may lose
+the last writes).  `Peer.durability` states each store's setting; `Peer.config`
+states everything else that differs from its defaults.  Compression is off in
+LevelDB and RocksDB because minilsm does not compress: with it on they would do
+other work than minilsm on the same bytes.
+
+A peer whose package is missing is reported with the pip command to install it
+(``pip install -e '.[bench]'`` installs them all), never an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+import minilsm
+
+Pairs = Iterator[tuple[bytes, bytes]]
+
+
+class Store:
+    """One open store.  `put`, `get`, `delete` are callables set by the adapter; `seek`/`scan` may be None.
+
+    `seek(key, n)` reads up to `n` pairs at and after `key` in key order and
+    returns how many it read; `scan()` yields every pair in key order.  Stores
+    without ordered iteration leave them None and those workloads skip them.
+    """
+
+    put: Callable[[bytes, bytes], object]
+    get: Callable[[bytes], bytes | None]
+    delete: Callable[[bytes], object]
+    seek: Callable[[bytes, int], int] | None = None
+    scan: Callable[[], Pairs] | None = None
+    thread_safe = True
+    """False: the mixed workload serializes the two threads' calls with a lock."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def settle(self) -> float:
+        """Wait until background work started by earlier writes is done; returns the seconds waited."""
+        return 0.0
+
+    def counters(self, reset: bool = False) -> dict[str, Any] | None:
+        """The store's own read counters (minilsm only), optionally zeroing them."""
+        return None
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A store the benchmark can run: how to open it, and what it is configured to do."""
+
+    name: str
+    dist: str
+    """The pip distribution that provides it ('' for the standard library)."""
+    opener: Callable[[str], Store]
+    durability: str
+    config: str
+    module: str = ""
+    """The module to import to check availability ('' when always available)."""
+
+    def available(self) -> str | None:
+        """None if it can run here, else a note saying why not and how to fix it."""
+        if not self.module:
+            return None
+        try:
+            __import__(self.module)
+        except ImportError as e:
+            return f"{self.name} skipped: {self.module} is not importable ({e}); pip install {self.dist}"
+        return None
+
+    def version(self) -> str:
+        if self.name == "minilsm":
+            return f"{minilsm.__version__} (this checkout)"
+        if not self.dist:
+            import platform
+
+            return f"stdlib (Python {platform.python_version()})"
+        try:
+            return importlib.metadata.version(self.dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "?"
+
+    def open(self, path: str) -> Store:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return self.opener(path)
+
+
+# -- minilsm --------------------------------------------------------------------------
+
+
+class MiniLSMStore(Store):
+    def __init__(self, path: str) -> None:
+        self.db = db = minilsm.DB(path)
+        self.put = db.put
+        self.get = db.get
+        self.delete = db.delete
+        iterator = db.iterator
+
+        def seek(key: bytes, n: int) -> int:
+            it = iterator(start=key)
+            count = len(list(islice(it, n)))
+            it.close()
+            return count
+
+        self.seek = seek
+        self.scan = db.iterator
+
+    def close(self) -> None:
+        self.db.close()
+
+    def settle(self) -> float:
+        start = time.perf_counter()
+        wait = getattr(self.db, "wait_for_background_work", None)
+        if wait is not None:
+            wait()
+        else:  # older builds: poll the store's own test of pending work under its lock
+            db: Any = self.db
+            while True:
+                with db._mutex:
+                    if not db._compacting and not db._has_background_work():
+                        break
+                time.sleep(0.01)
+        return time.perf_counter() - start
+
+    def counters(self, reset: bool = False) -> dict[str, Any]:
+        st = self.db.stats(reset=reset)
+        names = (
+            "gets",
+            "tables_considered",
+            "tables_skipped_by_range",
+            "filter_checks",
+            "filter_negatives",
+            "filter_positives",
+            "filter_true_positives",
+            "block_reads",
+            "block_cache_hits",
+            "flushes",
+            "compactions",
+        )
+        out = {name: getattr(st, name, None) for name in names}
+        levels = getattr(st, "levels", None)
+        if levels is not None:
+            out["tables_per_level"] = [getattr(level, "tables", None) for level in levels]
+        return out
+
+
+# -- LevelDB (plyvel) -----------------------------------------------------------------
+
+
+class LevelDBStore(Store):
+    def __init__(self, path: str) -> None:
+        import plyvel  # type: ignore[import-not-found]
+
+        self.db = db = plyvel.DB(path, create_if_missing=True, bloom_filter_bits=10, compression=None)
+        self.put = db.put  # sync=False is plyvel's default
+        self.get = db.get
+        self.delete = db.delete
+        iterator = db.iterator
+
+        def seek(key: bytes, n: int) -> int:
+            it = iterator(start=key)
+            count = len(list(islice(it, n)))
+            it.close()
+            return count
+
+        self.seek = seek
+        self.scan = db.iterator
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# -- RocksDB (rocksdict) ----------------------------------------------------------------
+
+
+class RocksDBStore(Store):
+    def __init__(self, path: str) -> None:
+        import rocksdict  # type: ignore[import-not-found]
+
+        opts = rocksdict.Options(raw_mode=True)  # keys and values are bytes, not pickled objects
+        opts.create_if_missing(True)
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(10, False)  # 10 bits per key, full (not block-based) filter
+        opts.set_block_based_table_factory(table)
+        opts.set_compression_type(rocksdict.DBCompressionType.none())
+        self.db = db = rocksdict.Rdict(path, opts)  # WriteOptions default: WAL on, sync off
+        self.put = db.put
+        self.get = db.get
+        self.delete = db.delete
+        items = db.items
+
+        def seek(key: bytes, n: int) -> int:
+            return len(list(islice(items(from_key=key), n)))
+
+        self.seek = seek
+        self.scan = db.items
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# -- sqlite3 --------------------------------------------------------------------------
+
+
+class SQLiteStore(Store):
+    def __init__(self, path: str) -> None:
+        import sqlite3
+
+        os.makedirs(path, exist_ok=True)
+        self._file = os.path.join(path, "kv.sqlite")
+        # isolation_level=None: autocommit, so every statement is its own transaction.
+        conn = self.conn = sqlite3.connect(self._file, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: no fsync per commit, only at checkpoints
+        conn.execute("CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        execute = conn.execute
+        self._local = threading.local()
+
+        def put(key: bytes, value: bytes) -> None:
+            execute("INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)", (key, value))
+
+        def get(key: bytes) -> bytes | None:
+            row = self._reader().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+            return None if row is None else row[0]  # type: ignore[no-any-return]
+
+        def delete(key: bytes) -> None:
+            execute("DELETE FROM kv WHERE k = ?", (key,))
+
+        def seek(key: bytes, n: int) -> int:
+            rows = self._reader().execute("SELECT k, v FROM kv WHERE k >= ? ORDER BY k LIMIT ?", (key, n))
+            return len(rows.fetchall())
+
+        def scan() -> Pairs:
+            return iter(conn.execute("SELECT k, v FROM kv ORDER BY k"))  # type: ignore[arg-type]
+
+        self.put, self.get, self.delete, self.seek, self.scan = put, get, delete, seek, scan
+        self._main = threading.get_ident()
+        self._readers: list[Any] = []
+
+    def _reader(self) -> Any:
+        # Readers in another thread get their own connection, as WAL mode intends
+        # (one connection used by two threads would serialize them in sqlite's mutex).
+        if threading.get_ident() == self._main:
+            return self.conn
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            import sqlite3
+
+            conn = self._local.conn = sqlite3.connect(self._file, isolation_level=None, check_same_thread=False)
+            self._readers.append(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in self._readers:
+            conn.close()
+        self.conn.close()
+
+
+# -- LMDB -----------------------------------------------------------------------------
+
+
+class LMDBStore(Store):
+    def __init__(self, path: str, map_size: int) -> None:
+        import lmdb  # type: ignore[import-not-found]
+
+        # sync=False: a commit writes the pages but does not fsync; metasync is moot then.
+        self.env = env = lmdb.open(path, map_size=map_size, sync=False, metasync=False)
+        begin = env.begin
+
+        def put(key: bytes, value: bytes) -> None:
+            with begin(write=True) as txn:
+                txn.put(key, value)
+
+        def get(key: bytes) -> bytes | None:
+            with begin() as txn:
+                return txn.get(key)  # type: ignore[no-any-return]
+
+        def delete(key: bytes) -> None:
+            with begin(write=True) as txn:
+                txn.delete(key)
+
+        def seek(key: bytes, n: int) -> int:
+            with begin() as txn:
+                cur = txn.cursor()
+                if not cur.set_range(key):
+                    return 0
+                return len(list(islice(cur.iternext(), n)))
+
+        def scan() -> Pairs:
+            with begin() as txn:
+                yield from txn.cursor().iternext()
+
+        self.put, self.get, self.delete, self.seek, self.scan = put, get, delete, seek, scan
+
+    def close(self) -> None:
+        self.env.close()
+
+
+# -- dbm (standard library) -----------------------------------------------------------
+
+
+def dbm_backend() -> str:
+    """The best dbm backend this Python has: what ``dbm.open`` would create."""
+    for name in ("dbm.gnu", "dbm.ndbm", "dbm.dumb"):
+        try:
+            __import__(name)
+        except ImportError:
+            continue
+        return name
+    return "none"
+
+
+class DBMStore(Store):
+    thread_safe = False  # none of the dbm backends may be used from two threads at once
+
+    def __init__(self, path: str) -> None:
+        import dbm
+
+        os.makedirs(path, exist_ok=True)
+        self.db = db = dbm.open(os.path.join(path, "kv"), "c")  # noqa: SIM115 - closed by close()
+        self.put = db.__setitem__
+        self.get = db.get
+        self.delete = self._delete
+
+    def _delete(self, key: bytes) -> None:
+        with contextlib.suppress(KeyError):
+            del self.db[key]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# -- diskcache ------------------------------------------------------------------------
+
+
+class DiskCacheStore(Store):
+    def __init__(self, path: str) -> None:
+        import diskcache  # type: ignore[import-not-found]
+
+        # No eviction and no size limit: a cache that dropped keys would not be a store.
+        self.cache = cache = diskcache.Cache(path, eviction_policy="none", size_limit=2**62)
+        self.put = cache.set
+        self.get = cache.get
+        self.delete = cache.delete
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+def peers(num: int) -> list[Peer]:
+    """minilsm first, then every peer, for a run of `num` keys (LMDB's map is sized from it)."""
+    map_size = max(1 << 30, num * 1024)
+    backend = dbm_backend()
+    return [
+        Peer(
+            "minilsm",
+            "",
+            MiniLSMStore,
+            "sync=False: each write's log record is handed to the OS (write(2)) before put returns; no fsync",
+            "defaults: 10 bits/key filters, 4 KiB blocks, 8 MiB block cache, 4 MiB memtable, leveled, "
+            "background compaction thread",
+        ),
+        Peer(
+            "leveldb",
+            "plyvel",
+            LevelDBStore,
+            "sync=False (plyvel default): log write(2) per put, no fsync",
+            "bloom_filter_bits=10, compression=None; otherwise defaults (4 KiB blocks, 8 MiB cache, 4 MiB memtable)",
+            "plyvel",
+        ),
+        Peer(
+            "rocksdb",
+            "rocksdict",
+            RocksDBStore,
+            "WriteOptions.sync=False (default): WAL write per put, no fsync",
+            "raw_mode=True, full 10 bits/key Bloom filter, compression none; otherwise defaults",
+            "rocksdict",
+        ),
+        Peer(
+            "sqlite3",
+            "",
+            SQLiteStore,
+            "journal_mode=WAL, synchronous=NORMAL: each autocommit writes the WAL, fsync only at checkpoints",
+            "WITHOUT ROWID table kv(k BLOB PRIMARY KEY, v BLOB), autocommit, one statement per op",
+        ),
+        Peer(
+            "lmdb",
+            "lmdb",
+            lambda path: LMDBStore(path, map_size),
+            "sync=False, metasync=False: each commit writes its pages, no fsync",
+            f"one transaction per op, map_size={map_size >> 20} MiB",
+            "lmdb",
+        ),
+        Peer(
+            "dbm",
+            "",
+            DBMStore,
+            f"{backend}: "
+            + (
+                "each put writes the value to the data file; the key index is written on close"
+                if backend == "dbm.dumb"
+                else "writes go to the OS page cache, no fsync"
+            ),
+            f"backend {backend} (the best this Python was built with); no ordered iteration, so no seeks or scans",
+        ),
+        Peer(
+            "diskcache",
+            "diskcache",
+            DiskCacheStore,
+            "SQLite underneath with journal_mode=WAL, synchronous=NORMAL (its defaults)",
+            "Cache(eviction_policy='none', size_limit=2**62); no ordered iteration of pairs, so no seeks or scans",
+            "diskcache",
+        ),
+    ]

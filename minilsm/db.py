@@ -179,16 +179,16 @@ class DB:
             # A new store's manifest comes before any other file of it: a crash while
             # creating the store then leaves either no store or one that opens.
             write_manifest(fs, path, state)
-        if len(state.levels) > self.options.max_levels:
-            raise CorruptionError(
-                f"manifest has {len(state.levels)} levels but max_levels is {self.options.max_levels}",
-                f"{path}/{MANIFEST_NAME}",
-            )
+        # The manifest lists every level the store had, empty or not: a store made with a larger
+        # max_levels opens with a smaller one as long as no table sits below it.
+        max_levels = self.options.max_levels
+        deepest = max((i for i, level in enumerate(state.levels) if level), default=0)
+        if deepest >= max_levels:
+            raise ValueError(f"{path}: the store has tables at level {deepest}; open it with max_levels > {deepest}")
+        del state.levels[max_levels:]
         self._next_file = state.next_file_number
         self._last_seq = state.last_sequence
-        self._compact_pointers = list(state.compact_pointers) + [None] * (
-            self.options.max_levels - len(state.compact_pointers)
-        )
+        self._compact_pointers = (list(state.compact_pointers) + [None] * max_levels)[:max_levels]
         levels = []
         for level in state.levels:
             readers = []

@@ -97,10 +97,9 @@ def test_oversized_keys_and_values_raise_value_error(db: minilsm.DB) -> None:
 
 
 def test_batch_misuse(db: minilsm.DB) -> None:
-    with pytest.raises(TypeError):
-        with db.write_batch() as wb:
-            wb.put(b"half", b"applied")
-            wb.put("str", b"v")  # type: ignore[arg-type]
+    with pytest.raises(TypeError), db.write_batch() as wb:
+        wb.put(b"half", b"applied")
+        wb.put("str", b"v")  # type: ignore[arg-type]
     assert db.get(b"half") is None  # the batch was discarded whole
     with db.write_batch() as wb:
         wb.put(b"once", b"1")
@@ -112,9 +111,8 @@ def test_batch_misuse(db: minilsm.DB) -> None:
     loose = minilsm.WriteBatch()
     with pytest.raises(ValueError):
         loose.write()  # not bound to a store
-    with pytest.raises(ValueError):
-        with loose:
-            pass
+    with pytest.raises(ValueError), loose:
+        pass
     db.write(loose)  # an empty batch is a no-op
     with pytest.raises(TypeError):
         db.write([(1, b"k", b"v")])  # type: ignore[arg-type]
@@ -326,4 +324,24 @@ def test_a_store_held_by_another_process_is_refused_and_left_working(db_path: st
     with minilsm.DB(db_path, **small_options()) as db:
         assert db.get(b"holder") == b"still works"
         del db[b"holder"]
+        assert_intact(db)
+
+
+def test_a_store_reopens_with_fewer_levels_unless_tables_sit_below(db_path: str) -> None:
+    """Regression: a store created with the default max_levels=7 could not be reopened with max_levels=4 even
+    with its deeper levels empty ("CorruptionError: manifest has 7 levels"), a wrong diagnosis of a legal open."""
+    with minilsm.DB(db_path, **small_options(max_levels=7)) as db:
+        for k, v in DATA.items():
+            db.put(k, v)
+        db.compact_range()
+        deepest = max(i for i, level in enumerate(db.version.levels) if level)
+    with minilsm.DB(db_path, **small_options(max_levels=deepest + 1)) as db:
+        assert_intact(db)
+        db.put(b"key000", b"new")
+        db.compact_range()
+        del db[b"key000"]
+        db.put(b"key000", DATA[b"key000"])
+    with pytest.raises(ValueError, match=f"max_levels > {deepest}"):
+        minilsm.DB(db_path, **small_options(max_levels=deepest))
+    with minilsm.DB(db_path, **small_options(max_levels=7)) as db:
         assert_intact(db)

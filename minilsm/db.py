@@ -234,7 +234,7 @@ class DB:
             self._delete_obsolete_files()
 
     def close(self) -> None:
-        """Finish background work in progress, close the log and release the directory.
+        """Finish background work in progress, close the log and the table files, and release the directory.
 
         Writes in the memtable are not flushed; they are in the log and come back
         on the next open, as in LevelDB.  Closing twice is harmless.
@@ -249,6 +249,14 @@ class DB:
         with self._mutex:
             with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
                 self._log.close()
+            # Table files close now, not whenever this object is collected; an iterator or
+            # snapshot read that outlives the store gets ClosedError instead of reopening them.
+            for v in list(self._versions):
+                for _, table in v.tables():
+                    table.close()
+            self._file_cache.clear()
+            if self._block_cache is not None:
+                self._block_cache.clear()
             self._file_lock.release()
             self._closed = True
             self._closing = False

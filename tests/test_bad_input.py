@@ -137,7 +137,10 @@ def test_closed_store_and_snapshot(db_path: str) -> None:
     snap = db.snapshot()
     batch = db.write_batch()
     batch.put(b"late", b"write")
+    it = db.iterator()
     db.close()
+    with pytest.raises(minilsm.ClosedError):
+        list(it)  # regression: it reopened the closed store's table files and went on reading
     calls: list[Callable[[], object]] = [
         lambda: db.get(b"k"), lambda: db.put(b"k", b"v"), lambda: db.delete(b"k"), lambda: db[b"key001"],
         lambda: db.__setitem__(b"k", b"v"), lambda: db.__delitem__(b"key001"), lambda: b"key001" in db,

@@ -1,0 +1,173 @@
+"""Resources: open files bounded by `max_open_files`, and no growth of files, threads or memory over time.
+
+* Many tables, a small `max_open_files`: point reads, scans, writes, flushes
+  and compactions never hold more table files open than the cache allows (the
+  count comes from /proc/self/fd, so a leak anywhere shows).
+* A soak: a fixed key space overwritten and deleted over and over, with reads,
+  scans, snapshots and background work.  After a warm-up the process's open
+  files, threads, resident memory and the store's files on disk stay flat:
+  nothing grows beyond the memtables, filters, indexes and caches.  CI runs a
+  few seconds; ``--slow --minutes N`` runs N minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+from storeutil import check_invariants, small_options
+
+import minilsm
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def table_fds() -> int:
+    """Open descriptors on table files, by what they point at."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile (the listing's own descriptor, say)
+            n += os.readlink(f"/proc/self/fd/{fd}").endswith(".sst")
+    return n
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def store_bytes(path: str) -> int:
+    total = 0
+    for name in os.listdir(path):
+        with contextlib.suppress(FileNotFoundError):  # the background thread deletes files meanwhile
+            total += os.path.getsize(os.path.join(path, name))
+    return total
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
+def test_open_table_files_stay_within_max_open_files(db_path: str, background: bool) -> None:
+    max_open = 4
+    opts = small_options(background=background, max_open_files=max_open, target_file_size=1024, block_cache_size=0)
+    rng = random.Random(1)
+    keys = [b"key%05d" % i for i in range(1500)]
+    peak = 0
+    with minilsm.DB(db_path, **opts) as db:
+        for i, k in enumerate(keys):
+            db.put(k, b"v%d" % i * 8)
+            if i % 50 == 0:
+                peak = max(peak, table_fds())
+        db.flush()
+        tables = sum(len(level) for level in db.version.levels)
+        assert tables >= 5 * max_open, f"only {tables} tables: the bound would not be tested"
+        for n in range(1500):
+            k = rng.choice(keys)
+            assert db.get(k) is not None
+            if n % 25 == 0:
+                peak = max(peak, table_fds())
+            if n % 300 == 0:
+                it = db.iterator(reverse=n % 600 == 0)
+                for j, _ in enumerate(it):
+                    if j % 100 == 0:
+                        peak = max(peak, table_fds())
+        db.compact_range()
+        peak = max(peak, table_fds())
+        assert len(db._file_cache) <= max_open
+    gc.collect()
+    assert table_fds() == 0, "table files left open after close"
+    # A scan keeps one table per level-0 table or level being read, a compaction its output: a few beyond the cache.
+    assert peak <= max_open + 3, f"{peak} table files open at once with max_open_files={max_open}"
+    print(f"{tables} tables, max_open_files={max_open}: at most {peak} table files open")
+
+
+def test_close_releases_every_descriptor_and_thread(db_path: str) -> None:
+    gc.collect()
+    fds, threads = open_fds(), threading.active_count()
+    for _ in range(5):
+        with minilsm.DB(db_path, **small_options(background=True)) as db:
+            for i in range(500):
+                db.put(b"k%04d" % i, b"v" * 50)
+            with db.snapshot() as snap:
+                list(snap.iterator())
+            list(db.iterator())
+    gc.collect()
+    assert open_fds() == fds
+    assert threading.active_count() == threads
+
+
+@dataclass
+class Sample:
+    t: float
+    fds: int
+    threads: int
+    rss: int
+    disk: int
+    versions: int
+
+
+def test_soak_no_growth(db_path: str, request: pytest.FixtureRequest) -> None:
+    minutes = request.config.getoption("--minutes")
+    duration = 60 * minutes if minutes else 4.0
+    if minutes and not request.config.getoption("--slow"):
+        pytest.skip("a long soak: add --slow")
+    cache = 64 << 10
+    opts = small_options(background=True, block_cache_size=cache, max_open_files=8, memtable_size=8192)
+    rng = random.Random(7)
+    keys = [b"soak%04d" % i for i in range(400)]
+    samples: list[Sample] = []
+    ops = 0
+    with minilsm.DB(db_path, **opts) as db:
+        start = time.monotonic()
+        next_sample = start
+        while (now := time.monotonic()) - start < duration:
+            r = rng.random()
+            k = rng.choice(keys)
+            if r < 0.5:
+                db.put(k, bytes([rng.randrange(256)]) * rng.randrange(10, 200))
+            elif r < 0.6:
+                db.delete(k)
+            elif r < 0.9:
+                db.get(k)
+            elif r < 0.97:
+                for _ in zip(range(50), db.iterator(start=k), strict=False):
+                    pass
+            else:
+                with db.snapshot() as snap:
+                    snap.get(k)
+            ops += 1
+            if now >= next_sample:
+                gc.collect()
+                sample = Sample(now - start, open_fds(), threading.active_count(), rss_bytes(), store_bytes(db_path), 0)
+                sample.versions = len(db._versions)
+                samples.append(sample)
+                next_sample = now + duration / 40
+                assert db._block_cache is not None and db._block_cache.usage <= cache
+                assert len(db._file_cache) <= 8
+        stats = db.stats()
+        check_invariants(db)
+        assert not db._snapshots
+    assert len(samples) >= 10 and stats.compactions > 0
+    warm = samples[len(samples) // 3 :]  # after the levels have filled
+    first, last = warm[0], warm[-1]
+    peak_fds = max(s.fds for s in warm)
+    print(
+        f"soak {duration:.0f}s, {ops} ops, {stats.flushes} flushes, {stats.compactions} compactions: "
+        f"fds {first.fds}..{peak_fds}, threads {first.threads}..{last.threads}, rss {first.rss >> 20}.."
+        f"{max(s.rss for s in warm) >> 20} MiB, disk {min(s.disk for s in warm) >> 10}.."
+        f"{max(s.disk for s in warm) >> 10} KiB, live versions {max(s.versions for s in warm)}"
+    )
+    assert peak_fds <= first.fds + 10, "open files grow"
+    assert {s.threads for s in warm} == {first.threads}, "threads come and go or pile up"
+    assert max(s.versions for s in warm) <= 10, "old versions are kept alive"
+    # Fixed key space, bounded caches: disk and memory wander within a band; they must not trend up.
+    assert max(s.disk for s in warm) <= 4 * min(s.disk for s in warm) + (256 << 10), "store grows on disk"
+    assert max(s.rss for s in warm) - first.rss <= 24 << 20, "memory grows"

@@ -66,7 +66,6 @@ bits_per_keys = st.one_of(
     st.floats(min_value=0.0, max_value=24.0, allow_nan=False),
 )
 u64s = st.integers(min_value=0, max_value=U64)
-odd_u64s = st.integers(min_value=0, max_value=U64 >> 1).map(lambda x: 2 * x + 1)
 
 
 # -- the pinned format and probe positions -------------------------------------
@@ -75,10 +74,10 @@ odd_u64s = st.integers(min_value=0, max_value=U64 >> 1).map(lambda x: 2 * x + 1)
 @pytest.mark.parametrize(
     ("n", "bits_per_key", "num_bits", "k", "sha256"),
     [
-        (10, 10, 100, 7, "ec5472975a854f3ecf33f4dc26a2a4f081e4c47eee068524009ac8533374cc4c"),
-        (100, 7.3, 730, 5, "07adf079fc1e5feff340dbf62995550f7e05eeae0ec4acf8561fdf5d583b5e6e"),
-        (1000, 3.1, 3100, 2, "8961f767b7b984eb9a87d5c794849524660910ea3b9ec6e9a9d9a4a9ec36fa66"),
-        (0, 0, 0, 0, "402e2688d145587b8c32809d40500cefa724f2780f1c0a3715d4717f31ac50b7"),
+        (10, 10, 100, 7, "791b4e127608e7ecdf3bded21009dfb286c8f377c480f372e64cedeaffff198b"),
+        (100, 7.3, 730, 5, "671f7767c233bfd4d9f6436503406be73a8d11835a7903eed3f192861022ff86"),
+        (1000, 3.1, 3100, 2, "13241e7965b851687f59ce97aa482bdf44331adbe167a5a81ca09190ab93028e"),
+        (0, 0, 0, 0, "9be5d8d3f5bb33f712e6abd81ab5447efb27ca68bdbc78bdee598f4c15548015"),
     ],
 )
 def test_serialized_bytes_are_pinned(n: int, bits_per_key: float, num_bits: int, k: int, sha256: str) -> None:
@@ -95,27 +94,28 @@ def test_serialized_layout_of_one_key() -> None:
     f.add(b"minilsm")
     data = f.to_bytes()
     assert data[:4] == b"MLBF"
-    assert data[4:8] == bytes([1, 1, 7, 0])  # version, hash scheme, k, reserved
+    assert data[4:8] == bytes([1, 2, 7, 0])  # version, hash scheme, k, reserved
     assert struct.unpack_from("<QQ", data, 8) == (64, 1)  # num_bits, num_keys
-    assert data[24:32] == bytes.fromhex("0000000048922400")  # the 64-bit array
+    assert data[24:32] == bytes.fromhex("0200040028212000")  # the 64-bit array
     assert struct.unpack_from("<Q", data, 32) == (xxhash.xxh64_intdigest(data[:32]),)
     assert len(data) == SERIALIZED_OVERHEAD + 8
 
 
-@given(h1=u64s, h2=odd_u64s, m=st.one_of(st.integers(1, 300), st.integers(1, 1 << 40)), k=st.integers(1, MAX_K))
-def test_probe_positions_are_double_hashing(h1: int, h2: int, m: int, k: int) -> None:
-    assert probe_positions((h1, h2), m, k) == [(h1 + i * h2) % m for i in range(k)]
+@given(h1=u64s, h2=u64s, m=st.one_of(st.integers(1, 300), st.integers(1, 1 << 40)), k=st.integers(1, MAX_K))
+def test_probe_positions_are_enhanced_double_hashing(h1: int, h2: int, m: int, k: int) -> None:
+    # The closed form of the incremental walk: g_i = h1 + i*h2 + (i^3 - i)/6 (mod m).
+    assert probe_positions((h1, h2), m, k) == [(h1 + i * h2 + (i**3 - i) // 6) % m for i in range(k)]
 
 
 @given(st.binary(max_size=64))
-def test_key_hash_is_two_u64_with_an_odd_step(key: bytes) -> None:
+def test_key_hash_is_the_two_halves_of_xxh3_128(key: bytes) -> None:
     h1, h2 = key_hash(key)
     digest = xxhash.xxh3_128_intdigest(key)
-    assert (h1, h2) == (digest & U64, (digest >> 64) | 1)  # low half, high half forced odd
-    assert 0 <= h1 <= U64 and 0 <= h2 <= U64 and h2 % 2 == 1
+    assert (h1, h2) == (digest & U64, digest >> 64)  # low half, high half
+    assert 0 <= h1 <= U64 and 0 <= h2 <= U64
 
 
-@given(data=st.data(), h1=u64s, h2=odd_u64s, m=st.integers(1, 200), k=st.integers(1, MAX_K))
+@given(data=st.data(), h1=u64s, h2=u64s, m=st.integers(1, 200), k=st.integers(1, MAX_K))
 def test_add_and_check_walk_probe_positions(data: st.DataObject, h1: int, h2: int, m: int, k: int) -> None:
     positions = probe_positions((h1, h2), m, k)
     f = BloomFilter(m, k)
@@ -191,7 +191,7 @@ def test_every_truncation_and_extension_is_corruption(f: BloomFilter) -> None:
         BloomFilter.from_bytes(data + b"\0")
 
 
-def forge(version: int = 1, scheme: int = 1, k: int = 7, num_bits: int = 64, num_keys: int = 1, size: int = 8) -> bytes:
+def forge(version: int = 1, scheme: int = 2, k: int = 7, num_bits: int = 64, num_keys: int = 1, size: int = 8) -> bytes:
     """A frame with a valid checksum around whatever header fields a forger chooses."""
     body = b"MLBF" + struct.pack("<BBBBQQ", version, scheme, k, 0, num_bits, num_keys) + bytes(size)
     return body + struct.pack("<Q", xxhash.xxh64_intdigest(body))
@@ -202,6 +202,7 @@ def forge(version: int = 1, scheme: int = 1, k: int = 7, num_bits: int = 64, num
     [
         {"version": 2},
         {"scheme": 0},
+        {"scheme": 1},  # plain double hashing: a different walk, never misread
         {"k": 0},
         {"k": MAX_K + 1},
         {"num_bits": 0, "size": 0},  # no bits, but k = 7
@@ -360,29 +361,25 @@ SWEEP = [*range(1, 101), *sorted({round(100 * 1.2**i) for i in range(26)} - {100
 
 
 def test_ten_bits_per_key_stays_under_two_percent_at_every_size() -> None:
-    # Each size is checked against 10,000 absent keys: a filter whose true rate is 1.2%
-    # measures within 0.11 points (one standard deviation) of it, far from the 2% line.
+    # The rate of a filter size is what the design controls: the average over key sets
+    # of that size.  One tiny filter's rate varies with its keys by chance (a 70-bit
+    # filter with 38 bits set instead of 35 measures 2.5% instead of 1.1%), so each size
+    # below 100 keys averages 4 key sets (40,000 probes): at a true rate of 1.1% that
+    # measures within about 0.1 points (one standard deviation), far from the 2% line.
     #
-    # At most 2% holds for every size from 60 keys up, but not below, and no choice of
-    # test keys can honestly make it: 64-bit minimum filters probed by double hashing
-    # have a real excess over theory.  An absent key whose probe step equals a present
-    # key's (likely when m is tiny and, h2 being odd, only m/2 steps exist) and whose
-    # start lies on that key's walk finds most of its bits set.  Measured over 300 key
-    # sets, the mean rate is 2.6% at 7 keys, 2.4% at 9 and 1.7% at 15, against 0.82% in
-    # theory, and single filters reach 7.8%.  From 60 keys up the worst of 9,000
-    # filters was 1.66% (one of 3,000 at 40..59 keys measured 2.05%).  So sizes below 60
-    # are held to their average (1.25%, at most 1.39% over 100 key sets), which a probe
-    # walk collapsing to k = 1 (rate n/m = 10%) would break, and each to 10%.
+    # This bound is what chose the probe walk.  Plain double hashing, (h1 + i*h2) mod m,
+    # measured 2.5-2.7% at 7-9 keys, since in a 64-100 bit filter an absent key sharing a
+    # present key's step and landing on its arithmetic progression finds most bits set;
+    # the cubic term of enhanced double hashing brings the worst size to about 1.1%.
     probes = absent_hashes(SIZE_PROBES)
-    small: list[float] = []
+    worst = 0.0
     for n in SWEEP:
-        rate = fp_rate(filter_of(n, 10, tag=n), probes)
-        if n < 60:
-            small.append(rate)
-            assert rate <= 0.10, (n, rate)
-        else:
-            assert rate <= 0.02, (n, rate)
-    assert sum(small) / len(small) <= 0.02
+        key_sets = 4 if n < 100 else 1
+        rates = [fp_rate(filter_of(n, 10, tag=n * 1000 + r), probes) for r in range(key_sets)]
+        rate = sum(rates) / len(rates)
+        worst = max(worst, rate)
+        assert rate <= 0.02, (n, rate)
+    assert worst > 0.005  # the filters really were probed at their design rate, not all-negative
 
 
 def test_near_theory_at_a_million_keys() -> None:

@@ -31,5 +31,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def db_path(tmp_path: object) -> Iterator[str]:
-    yield os.path.join(str(tmp_path), "db")
+def db_path() -> Iterator[str]:
+    """A path for a new store, in RAM where possible: a real filesystem whose fsyncs cost nothing,
+    since store tests fsync hundreds of times (a power loss is simulated by tests/faultfs.py instead)."""
+    from storeutil import fast_tmp_dir
+
+    with fast_tmp_dir() as d:
+        yield os.path.join(d, "db")

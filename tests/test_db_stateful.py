@@ -3,6 +3,7 @@ snapshots, reopen and simulated crashes, in both compaction styles."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -25,7 +26,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="minilsm-state-")
+        self.dir = tempfile.mkdtemp(prefix="minilsm-state-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
         self.model: dict[bytes, bytes] = {}
         self.snaps: dict[int, tuple[minilsm.DB, minilsm.Snapshot, dict[bytes, bytes]]] = {}
         self.next_snap = 0
@@ -155,8 +156,8 @@ class BackgroundStoreMachine(StoreMachine):
 
 
 TestLeveled = StoreMachine.TestCase
-TestLeveled.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)
+TestLeveled.settings = settings(max_examples=100, stateful_step_count=60, deadline=None)
 TestTiered = TieredStoreMachine.TestCase
-TestTiered.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)
+TestTiered.settings = settings(max_examples=100, stateful_step_count=60, deadline=None)
 TestBackground = BackgroundStoreMachine.TestCase
-TestBackground.settings = settings(max_examples=15, stateful_step_count=60, deadline=None)
+TestBackground.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)

@@ -1,0 +1,237 @@
+"""Threads reading, scanning, writing and holding snapshots while background flushes and compactions run.
+
+Each check rests on a model of what a thread may see:
+
+* batch writers each own a range of keys and write the whole range in one
+  batch at versions 1, 2, 3, ... (every seventh version deletes the range).
+  A consistent view (a scan, a snapshot) must show each range at one version,
+  whole or wholly deleted, never a mix: batches are atomic and views fixed;
+* a version read must lie between what the writer had acknowledged before the
+  read started and what it had begun by the time the read ended, and a reader
+  never sees a key go back to an older version (reads are monotonic);
+* a snapshot read twice, with writes, flushes and compactions in between,
+  gives the same answers; so does an iterator opened before them;
+* after the threads stop, every range holds its last acknowledged version, and
+  still does after a reopen: no write was lost.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from storeutil import check_invariants, small_options
+
+import minilsm
+
+WRITERS = 3
+KEYS_PER_WRITER = 12
+DURATION = float(os.environ.get("MINILSM_CONCURRENCY_SECONDS", "4"))
+
+
+def key(w: int, i: int) -> bytes:
+    return b"w%d-k%02d" % (w, i)
+
+
+def deletes(v: int) -> bool:
+    return v % 7 == 0
+
+
+def value(w: int, v: int) -> bytes:
+    return b"%d|" % v + bytes([97 + w]) * (40 + v % 50)
+
+
+def version_of(v: bytes | None) -> int | None:
+    return None if v is None else int(v.split(b"|", 1)[0])
+
+
+class Model:
+    """What the writers have acknowledged (`acked`) and begun (`begun`), per writer."""
+
+    def __init__(self) -> None:
+        self.acked = [0] * WRITERS
+        self.begun = [0] * WRITERS
+
+    def check_range(self, w: int, versions: list[int | None], lo: int, hi: int, where: str) -> int:
+        """`versions` of writer w's keys come from one consistent view taken between lo and hi acknowledged."""
+        present = {v for v in versions if v is not None}
+        assert len(present) <= 1, f"{where}: writer {w}'s batch seen half applied: {versions}"
+        if present:
+            (v,) = present
+            assert len(versions) == KEYS_PER_WRITER and None not in versions, f"{where}: {versions}"
+            assert not deletes(v) and lo <= v <= hi, f"{where}: version {v} outside [{lo}, {hi}]"
+            return v
+        # All absent: never written, or a deleting version in range.
+        assert lo == 0 or any(deletes(v) for v in range(lo, hi + 1)), f"{where}: range gone at [{lo}, {hi}]"
+        return lo
+
+
+def run_threads(db: minilsm.DB, model: Model, duration: float) -> dict[str, int]:
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    counts: dict[str, int] = {}
+
+    def loop(name: str, body: Callable[[random.Random], None], pause: float = 0.0) -> threading.Thread:
+        def run() -> None:
+            rng = random.Random(name)
+            n = 0
+            try:
+                while not stop.is_set():
+                    body(rng)
+                    n += 1
+                    if pause:
+                        # A reader spinning on lock-free gets would hold the GIL and starve the
+                        # writers (each log write gives the GIL up and waits to get it back).
+                        time.sleep(pause)
+            except BaseException as e:
+                errors.append(e)
+                stop.set()
+            counts[name] = n
+
+        t = threading.Thread(target=run, name=name, daemon=True)
+        t.start()
+        return t
+
+    def writer(w: int) -> Callable[[random.Random], None]:
+        def body(rng: random.Random) -> None:
+            v = model.acked[w] + 1
+            model.begun[w] = v
+            with db.write_batch() as wb:
+                for i in range(KEYS_PER_WRITER):
+                    if deletes(v):
+                        wb.delete(key(w, i))
+                    else:
+                        wb.put(key(w, i), value(w, v))
+            model.acked[w] = v
+
+        return body
+
+    def point_reader() -> Callable[[random.Random], None]:
+        last_seen: dict[bytes, int] = {}  # per reader: what this thread saw last
+
+        def body(rng: random.Random) -> None:
+            w, i = rng.randrange(WRITERS), rng.randrange(KEYS_PER_WRITER)
+            k = key(w, i)
+            lo = model.acked[w]
+            got = version_of(db.get(k))
+            hi = model.begun[w]
+            if got is None:
+                assert lo == 0 or any(deletes(v) for v in range(lo, hi + 1)), f"get {k!r}: absent in [{lo}, {hi}]"
+            else:
+                assert lo <= got <= hi and not deletes(got), f"get {k!r}: version {got} outside [{lo}, {hi}]"
+                assert got >= last_seen.get(k, 0), f"get {k!r} went back to version {got}"
+                last_seen[k] = got
+
+        return body
+
+    def scanner(rng: random.Random) -> None:
+        lo = list(model.acked)
+        reverse = rng.random() < 0.5
+        it = db.iterator(reverse=reverse) if rng.random() < 0.5 else db.iterator(prefix=b"w", reverse=reverse)
+        items = list(it)
+        hi = list(model.begun)
+        keys = [k for k, _ in items]
+        assert keys == sorted(keys, reverse=reverse) and len(set(keys)) == len(keys), "scan out of order"
+        seen = dict(items)
+        for w in range(WRITERS):
+            versions = [version_of(seen.get(key(w, i))) for i in range(KEYS_PER_WRITER)]
+            model.check_range(w, versions, lo[w], hi[w], "scan")
+
+    def snapshot_holder(rng: random.Random) -> None:
+        lo = list(model.acked)
+        with db.snapshot() as snap:
+            hi = list(model.begun)
+            it = snap.iterator()
+            first = [(k, snap.get(k)) for k in (key(w, i) for w in range(WRITERS) for i in range(KEYS_PER_WRITER))]
+            for w in range(WRITERS):
+                versions = [version_of(v) for k, v in first[w * KEYS_PER_WRITER : (w + 1) * KEYS_PER_WRITER]]
+                model.check_range(w, versions, lo[w], hi[w], "snapshot")
+            stop.wait(rng.uniform(0.05, 0.3))  # writes, flushes and compactions go on meanwhile
+            assert [(k, snap.get(k)) for k, _ in first] == first, "a snapshot's answers changed"
+            assert dict(it) == {k: v for k, v in first if v is not None}, "an iterator opened earlier changed"
+
+    def maintenance(rng: random.Random) -> None:
+        stop.wait(rng.uniform(0.1, 0.4))
+        if rng.random() < 0.5:
+            db.flush()
+        else:
+            w = rng.randrange(WRITERS)
+            db.compact_range(key(w, 0), key(w, KEYS_PER_WRITER - 1))
+
+    threads = [loop(f"writer{w}", writer(w)) for w in range(WRITERS)]
+    threads += [loop(f"reader{r}", point_reader(), pause=0.0005) for r in range(2)]
+    threads += [
+        loop("scanner", scanner, pause=0.001),
+        loop("snapshots", snapshot_holder),
+        loop("maintenance", maintenance),
+    ]
+    stop.wait(duration)
+    stop.set()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive(), f"{t.name} is stuck"
+    if errors:
+        raise errors[0]
+    return counts
+
+
+def check_final(db: minilsm.DB, model: Model) -> None:
+    for w in range(WRITERS):
+        v = model.acked[w]
+        want = None if v == 0 or deletes(v) else value(w, v)
+        assert [db.get(key(w, i)) for i in range(KEYS_PER_WRITER)] == [want] * KEYS_PER_WRITER, f"writer {w}"
+
+
+@pytest.mark.parametrize("style", ["leveled", "tiered"])
+def test_readers_writers_snapshots_and_background_work(db_path: str, style: str) -> None:
+    opts = small_options(background=True, compaction_style=style, memtable_size=4096, block_cache_size=16384)
+    model = Model()
+    db = minilsm.DB(db_path, **opts)
+    counts = run_threads(db, model, DURATION / 2)
+    stats = db.stats()
+    check_final(db, model)
+    check_invariants(db)
+    db.close()
+    with minilsm.DB(db_path, **opts) as db:
+        check_final(db, model)
+    print(f"{style}: {counts}, {stats.flushes} flushes, {stats.compactions} compactions")
+    assert stats.flushes > 2 and stats.compactions > 0, "the background thread had nothing to do: test too weak"
+    assert all(counts.get(f"writer{w}", 0) > 10 for w in range(WRITERS)), counts
+    assert counts.get("snapshots", 0) > 1 and counts.get("scanner", 0) > 5, counts
+
+
+def test_many_threads_writing_the_same_keys_lose_nothing(db_path: str) -> None:
+    """Writers racing on shared keys: the store's final value of each key is the last acknowledged put's."""
+    with minilsm.DB(db_path, **small_options(background=True, memtable_size=4096)) as db:
+        lock = threading.Lock()
+        last: dict[bytes, bytes] = {}
+        errors: list[BaseException] = []
+
+        def work(t: int) -> None:
+            rng = random.Random(t)
+            try:
+                for n in range(300):
+                    k = b"shared%02d" % rng.randrange(20)
+                    v = b"t%d-n%d" % (t, n) * 5
+                    with lock:  # the lock orders the writes, so the model knows which came last
+                        db.put(k, v)
+                        last[k] = v
+                    if n % 50 == 0:
+                        time.sleep(0)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        unlocked = [threading.Thread(target=lambda: [db.get(b"shared00") for _ in range(2000)]) for _ in range(2)]
+        for t in threads + unlocked:
+            t.start()
+        for t in threads + unlocked:
+            t.join()
+        assert not errors, errors
+        assert {k: db.get(k) for k in last} == last
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert {k: db.get(k) for k in last} == last

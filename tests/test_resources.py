@@ -32,12 +32,13 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def table_fds() -> int:
-    """Open descriptors on table files, by what they point at."""
+def table_fds(path: str) -> int:
+    """Open descriptors on table files of the store at `path`, by what they point at."""
     n = 0
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # closed meanwhile (the listing's own descriptor, say)
-            n += os.readlink(f"/proc/self/fd/{fd}").endswith(".sst")
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            n += target.startswith(path + os.sep) and target.endswith(".sst")
     return n
 
 
@@ -65,7 +66,7 @@ def test_open_table_files_stay_within_max_open_files(db_path: str, background: b
         for i, k in enumerate(keys):
             db.put(k, b"v%d" % i * 8)
             if i % 50 == 0:
-                peak = max(peak, table_fds())
+                peak = max(peak, table_fds(db_path))
         db.flush()
         tables = sum(len(level) for level in db.version.levels)
         assert tables >= 5 * max_open, f"only {tables} tables: the bound would not be tested"
@@ -73,17 +74,17 @@ def test_open_table_files_stay_within_max_open_files(db_path: str, background: b
             k = rng.choice(keys)
             assert db.get(k) is not None
             if n % 25 == 0:
-                peak = max(peak, table_fds())
+                peak = max(peak, table_fds(db_path))
             if n % 300 == 0:
                 it = db.iterator(reverse=n % 600 == 0)
                 for j, _ in enumerate(it):
                     if j % 100 == 0:
-                        peak = max(peak, table_fds())
+                        peak = max(peak, table_fds(db_path))
         db.compact_range()
-        peak = max(peak, table_fds())
+        peak = max(peak, table_fds(db_path))
         assert len(db._file_cache) <= max_open
     gc.collect()
-    assert table_fds() == 0, "table files left open after close"
+    assert table_fds(db_path) == 0, "table files left open after close"
     # A scan keeps one table per level-0 table or level being read, a compaction its output: a few beyond the cache.
     assert peak <= max_open + 3, f"{peak} table files open at once with max_open_files={max_open}"
     print(f"{tables} tables, max_open_files={max_open}: at most {peak} table files open")

@@ -49,7 +49,7 @@ from minilsm.errors import (
     StoreIOError,
 )
 from minilsm.iterators import Entry, concat, merge, prefix_bounds, visible
-from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, check_key, check_value
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
 from minilsm.options import Options
@@ -282,11 +282,18 @@ class DB:
 
         Cost: one log append (plus an fsync if syncing) and an O(log n) memtable insert.
         """
-        self._write(((KIND_VALUE, check_key(key), check_value(value)),), sync)
+        # Plain bytes within the limits, the usual case, skip the validators' calls.
+        if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
+            key = check_key(key)
+        if type(value) is not bytes or len(value) > MAX_VALUE_SIZE:
+            value = check_value(value)
+        self._write(((KIND_VALUE, key, value),), sync)
 
     def delete(self, key: bytes, *, sync: bool | None = None) -> None:
         """Remove `key` (a tombstone; deleting a missing key is not an error, as in LevelDB)."""
-        self._write(((KIND_DELETE, check_key(key), b""),), sync)
+        if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
+            key = check_key(key)
+        self._write(((KIND_DELETE, key, b""),), sync)
 
     def write_batch(self, *, sync: bool | None = None) -> WriteBatch:
         """A batch applied atomically when its `with` block ends without an exception.
@@ -307,23 +314,32 @@ class DB:
     def _write(self, ops: tuple[tuple[int, bytes, bytes], ...] | list[tuple[int, bytes, bytes]],
                sync: bool | None) -> None:
         with self._mutex:
-            self._check_writable()
-            self._make_room()
+            opts = self.options
+            # One test for the usual case (open, no failure, room in the memtable); else the slow path.
+            if (
+                self._closed
+                or self._closing
+                or self._bg_error is not None
+                or self._mem.approximate_size >= opts.memtable_size
+            ):
+                self._make_room()
             seq = self._last_seq + 1
             try:
-                written = self._log.add_record(encode_batch(seq, ops), self.options.sync if sync is None else sync)
+                written = self._log.add_record(encode_batch(seq, ops), opts.sync if sync is None else sync)
             except OSError as e:
                 # The log may now end in a partial record; appending more after it would
                 # bury the damage mid-log.  Refuse further writes until a reopen.
                 raise self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e) from e
-            mem = self._mem
+            add = self._mem.add
+            user_bytes = 0
             for kind, key, value in ops:
-                mem.add(key, seq, kind, value)
+                add(key, seq, kind, value)
                 seq += 1
+                user_bytes += len(key) + len(value)
             self._last_seq = seq - 1  # publish: readers now see the whole batch
             st = self._stats
             st.log_bytes_written += written
-            st.user_bytes_written += sum(len(k) + len(v) for _, k, v in ops)
+            st.user_bytes_written += user_bytes
 
     def _fail_writes(self, what: str, e: OSError) -> StoreIOError:
         """Turn the store read-only after a failed write-path operation (mutex held); returns the error to raise.

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from storeutil import small_options
+from storeutil import fast_tmp_dir, small_options
 
 import minilsm
 from minilsm.bloom import key_hash
@@ -156,10 +155,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 
 @pytest.fixture
 def work() -> Iterator[str]:
-    """Where damaged copies are made: in memory when the machine has /dev/shm (thousands of copies)."""
-    base = tempfile.mkdtemp(prefix="minilsm-corrupt-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    yield os.path.join(base, "db")
-    shutil.rmtree(base, ignore_errors=True)
+    """Where damaged copies are made: in RAM where possible (thousands of copies)."""
+    with fast_tmp_dir() as d:
+        yield os.path.join(d, "db")
 
 
 # -- damaging and reading -------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from faultfs import KINDS, FaultFS
-from storeutil import check_invariants, crash, small_options
+from storeutil import check_invariants, crash, fast_tmp_dir, small_options
 
 import minilsm
 from minilsm.errors import ClosedError, ReadOnlyError, StoreIOError
@@ -343,6 +343,13 @@ def sweep(
     return runs
 
 
+@pytest.fixture
+def tmp() -> Iterator[str]:
+    """A scratch directory in RAM where possible: the sweeps create and delete thousands of stores."""
+    with fast_tmp_dir() as d:
+        yield d
+
+
 def stride(total: int, budget: int, slow: bool) -> range:
     """Every point with --slow; else about `budget` points spread over all of them (always the first)."""
     step = 1 if slow else max(1, total // budget)
@@ -350,61 +357,64 @@ def stride(total: int, budget: int, slow: bool) -> range:
 
 
 @pytest.fixture(scope="module")
-def points_by_mode(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[Op], dict[str, int]]]:
-    tmp = str(tmp_path_factory.mktemp("dry"))
+def points_by_mode() -> dict[str, tuple[list[Op], dict[str, int]]]:
     out = {}
-    for mode, seed in (("all", 1), ("mixed", 2)):
-        ops = workload(seed, 160, mode)
-        out[mode] = (ops, fault_points(ops, os.path.join(tmp, mode)))
+    with fast_tmp_dir() as tmp:
+        for mode, seed in (("all", 1), ("mixed", 2)):
+            ops = workload(seed, 160, mode)
+            out[mode] = (ops, fault_points(ops, os.path.join(tmp, mode)))
     return out
 
 
 # Rough CI budget per kind: the rare kinds are swept completely, the frequent ones sampled.
-BUDGET = {"open": 10, "sync": 10, "sync_dir": 10, "rename": 10, "remove": 10, "write": 10, "read": 10}
+BUDGET = {"open": 15, "sync": 15, "sync_dir": 15, "rename": 15, "remove": 10, "write": 12, "read": 10}
 
 
+@pytest.mark.parametrize("torn", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["lost", "torn"])
 @pytest.mark.parametrize("mode", ["all", "mixed"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_failure_point_surfaces_and_loses_nothing(
     kind: str,
     mode: str,
+    torn: bool,
     points_by_mode: dict[str, tuple[list[Op], dict[str, int]]],
-    tmp_path: object,
+    tmp: str,
     request: pytest.FixtureRequest,
 ) -> None:
+    """Unsynced data is lost in the crash; with --slow also torn (a random part of it survives)."""
     ops, counts = points_by_mode[mode]
     total = counts.get(kind, 0)
-    assert total > 0 or kind == "remove", f"the workload makes no {kind} call"
+    assert total > 0, f"the workload makes no {kind} call"
     slow = bool(request.config.getoption("--slow"))
     err = errno.ENOSPC if kind in ("write", "sync") and mode == "mixed" else errno.EIO
-    runs = sweep(str(tmp_path), kind, ops, iter(stride(total, BUDGET[kind], slow)), err, f"sync={mode}")
-    print(f"{kind}/{mode}: {runs} of {total} failure points")
+    runs = sweep(tmp, kind, ops, iter(stride(total, BUDGET[kind], slow)), err, f"sync={mode}", torn=torn)
+    print(f"{kind}/{mode}/{'torn' if torn else 'lost'}: {runs} of {total} failure points")
 
 
 @pytest.mark.parametrize("kind", ["write", "sync"])
 def test_a_full_disk_fails_every_later_call_and_loses_nothing(
-    kind: str, points_by_mode: dict[str, tuple[list[Op], dict[str, int]]], tmp_path: object
+    kind: str, points_by_mode: dict[str, tuple[list[Op], dict[str, int]]], tmp: str
 ) -> None:
     ops, counts = points_by_mode["mixed"]
     points = random.Random(7).sample(range(1, counts[kind] + 1), 12)
-    sweep(str(tmp_path), kind, ops, iter(points), errno.ENOSPC, "full disk", sticky=True)
+    sweep(tmp, kind, ops, iter(points), errno.ENOSPC, "full disk", sticky=True)
 
 
 def test_torn_unsynced_writes_leave_a_prefix(
-    points_by_mode: dict[str, tuple[list[Op], dict[str, int]]], tmp_path: object
+    points_by_mode: dict[str, tuple[list[Op], dict[str, int]]], tmp: str
 ) -> None:
     """A power cut that keeps part of the unsynced bytes (a torn append) still recovers a prefix."""
     ops, counts = points_by_mode["mixed"]
     rng = random.Random(3)
     for kind in ("write", "sync", "rename", "sync_dir"):
         points = rng.sample(range(1, counts[kind] + 1), min(8, counts[kind]))
-        sweep(str(tmp_path), kind, ops, iter(points), errno.EIO, "torn", torn=True)
+        sweep(tmp, kind, ops, iter(points), errno.EIO, "torn", torn=True)
 
 
-def test_crash_without_any_fault_at_many_moments(tmp_path: object) -> None:
+def test_crash_without_any_fault_at_many_moments(tmp: str) -> None:
     """No failure at all: cut the power after each prefix of the workload (unsynced data torn or lost)."""
     ops = workload(5, 120, "none")
-    path = os.path.join(str(tmp_path), "db")
+    path = os.path.join(tmp, "db")
     for cut in range(0, len(ops), 7):
         for torn in (False, True):
             shutil.rmtree(path, ignore_errors=True)
@@ -418,12 +428,14 @@ def test_crash_without_any_fault_at_many_moments(tmp_path: object) -> None:
 
 
 @pytest.mark.parametrize("kind", ["write", "sync", "rename", "open", "read", "sync_dir"])
-def test_background_failures_turn_the_store_read_only_and_lose_nothing(kind: str, tmp_path: object) -> None:
+def test_background_failures_turn_the_store_read_only_and_lose_nothing(
+    kind: str, tmp: str, request: pytest.FixtureRequest
+) -> None:
     """Flushes and compactions in a thread: the failure reaches the caller on a later call, as ReadOnlyError."""
     ops = workload(11, 160, "mixed")
-    path = os.path.join(str(tmp_path), "db")
+    path = os.path.join(tmp, "db")
     rng = random.Random(kind)
-    for n in sorted(rng.sample(range(1, 150), 6)):
+    for n in sorted(rng.sample(range(1, 150), 60 if request.config.getoption("--slow") else 6)):
         for torn in (False, True):
             shutil.rmtree(path, ignore_errors=True)
             fs = FaultFS(torn=torn, seed=n)

@@ -30,7 +30,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
@@ -48,7 +48,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.iterators import Entry, concat, merge, prefix_bounds, visible
+from minilsm.iterators import Entry, concat, interleave, prefix_bounds, visible
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
@@ -476,15 +476,25 @@ class DB:
             start = pstart if start is None else max(start, pstart)
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
         mem, imm, version = self._mem, self._imm, self._version
-        sources: list[Iterator[Entry]] = [mem.iter(start, stop, reverse)]
-        if imm is not None:
-            sources.append(imm.iter(start, stop, reverse))
+        # An empty memtable or level adds nothing but a heap slot: whatever a memtable
+        # gets later has a sequence number above `seq`, and a Version never changes.
+        sources: list[Iterator[Entry]] = [
+            m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
+        ]
         sources += [t.iter(start, stop, reverse) for t in version.levels[0]]
         for tables in version.levels[1:]:
-            ordered = reversed(tables) if reverse else tables
-            sources.append(concat(t.iter(start, stop, reverse) for t in ordered if _meets(t, start, stop)))
-        pairs = visible(merge(sources, reverse), seq, reverse)
-        return DBIterator(pairs, version, include_key, include_value)
+            if tables:
+                ordered = reversed(tables) if reverse else tables
+                sources.append(concat(t.iter(start, stop, reverse) for t in ordered if _meets(t, start, stop)))
+        pairs = visible(interleave(sources, reverse), seq, reverse)
+        return DBIterator(pairs, version, include_key, include_value, self._released_superseded_version)
+
+    def _released_superseded_version(self) -> None:
+        """An iterator let go of a version that compaction has replaced: delete what only it held."""
+        # Only user code closes iterators, and it never holds the mutex, so waiting is safe.
+        with self._mutex:
+            if not self._closed:
+                self._delete_obsolete_files()
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.iterator(include_value=False))
@@ -729,6 +739,9 @@ class DB:
                                 file_cache=self._file_cache)
 
     def _install_version(self, version: Version) -> None:
+        old: Version | None = getattr(self, "_version", None)  # None while recovery installs the first
+        if old is not None:
+            old.superseded = True
         self._versions.add(version)
         self._version = version
 
@@ -883,11 +896,12 @@ class _Relocked(_Unlocked):
 class DBIterator:
     """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted."""
 
-    __slots__ = ("_it", "_version")
+    __slots__ = ("_it", "_on_release", "_version")
 
     def __init__(self, pairs: Iterator[tuple[bytes, bytes]], version: Version | None, include_key: bool,
-                 include_value: bool) -> None:
+                 include_value: bool, on_release: Callable[[], None] | None = None) -> None:
         self._version = version  # keeps the tables it reads from being deleted
+        self._on_release = on_release
         if include_key and include_value:
             self._it: Iterator[Any] = pairs
         elif include_key:
@@ -911,8 +925,16 @@ class DBIterator:
 
     def close(self) -> None:
         """Release the tables this iterator pinned.  Further `next` calls stop iteration."""
-        self._version = None
+        version, self._version = self._version, None
         self._it = iter(())
+        if version is None or self._on_release is None:
+            return
+        # The store deletes files only no live Version holds, so let go of ours before
+        # asking; and ask only if the store has moved on (a sweep lists the directory).
+        superseded = version.superseded
+        del version
+        if superseded:
+            self._on_release()
 
     def __enter__(self) -> DBIterator:
         return self

@@ -7,6 +7,13 @@ ascending, newest version first.  A scan merges them with a heap
 user key, the newest version visible at the read's sequence number, hiding
 tombstones.  Reverse scans merge the sources' reversed streams (user key
 descending, oldest version first) and keep the *last* visible version of each key.
+
+Scans use `interleave` rather than `merge`: it compares whole entries, which
+heapq does in C, instead of calling a Python key function per version (about
+600 -> 400 ns per version with three sources).  Its output is sorted by user
+key only, a key's versions coming out together in no set order, which is all
+`visible` needs: it picks the newest visible version of each run of equal keys.
+Compaction needs internal order proper, so it keeps `merge`.
 """
 
 from __future__ import annotations
@@ -33,6 +40,20 @@ def merge(sources: list[Iterator[Entry]], reverse: bool = False) -> Iterator[Ent
     return heapq.merge(*sources, key=_order, reverse=reverse)
 
 
+def interleave(sources: list[Iterator[Entry]], reverse: bool = False) -> Iterator[Entry]:
+    """Merge sources sorted by user key (each ascending, or each descending with `reverse`) by user key.  Lazy.
+
+    The versions of one user key come out next to each other, in no particular
+    order: whole entries are compared, so ties on the key fall to the trailer
+    ascending, whatever order each source keeps them in.  Every heap pop still
+    yields the least (greatest) key left, since each source is sorted by key.
+    Feed the result to `visible`, never to code that needs internal order.
+    """
+    if len(sources) == 1:
+        return sources[0]
+    return heapq.merge(*sources, reverse=reverse)
+
+
 def concat(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:
     """Chain the iterators of a level's disjoint, sorted tables into one source."""
     for run in runs:
@@ -42,33 +63,25 @@ def concat(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:
 def visible(versions: Iterator[Entry], seq: int, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) for each user key whose newest version with sequence <= `seq` is a value.
 
-    `versions` is a merged stream in internal order (or its reverse, with `reverse`).
-    O(1) work per version; shadowed versions and tombstones are skipped, not yielded.
+    `versions` is sorted by user key, ascending (or descending: `reverse` only
+    documents the direction), with each key's versions next to each other in any
+    order, as `merge` and `interleave` give them.  Each key is yielded once its
+    run of versions ends.  O(1) work per version; shadowed versions and
+    tombstones are skipped, not yielded.
     """
     limit = (seq << 8) | 0xFF  # trailers above this belong to writes after the snapshot
-    if not reverse:
-        last: bytes | None = None
-        for key, trailer, value in versions:
-            if trailer > limit or key == last:
-                continue
-            last = key
-            if trailer & 0xFF == KIND_VALUE:
-                yield key, value
-        return
-    # Reverse: a key's versions arrive oldest first, so the visible one is the last
-    # with trailer <= limit before the key changes.
     cur: bytes | None = None
-    cur_trailer = -1
-    cur_value = b""
+    best = -1  # the largest trailer <= limit seen for `cur`; -1 for none
+    best_value = b""
     for key, trailer, value in versions:
         if key != cur:
-            if cur_trailer >= 0 and cur_trailer & 0xFF == KIND_VALUE:
-                yield cur, cur_value  # type: ignore[misc]  # cur is bytes whenever cur_trailer >= 0
-            cur, cur_trailer = key, -1
-        if trailer <= limit:
-            cur_trailer, cur_value = trailer, value
-    if cur_trailer >= 0 and cur_trailer & 0xFF == KIND_VALUE:
-        yield cur, cur_value  # type: ignore[misc]
+            if best >= 0 and best & 0xFF == KIND_VALUE:
+                yield cur, best_value  # type: ignore[misc]  # cur is bytes whenever best >= 0
+            cur, best = key, -1
+        if best < trailer <= limit:
+            best, best_value = trailer, value
+    if best >= 0 and best & 0xFF == KIND_VALUE:
+        yield cur, best_value  # type: ignore[misc]
 
 
 def prefix_bounds(prefix: bytes) -> tuple[bytes, bytes | None]:

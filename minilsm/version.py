@@ -27,7 +27,7 @@ Trace = list[dict[str, object]]
 class Version:
     """Live tables by level.  Build with `Version(levels)` or `version.apply(...)`; never mutated."""
 
-    __slots__ = ("__weakref__", "_sorted_levels", "levels")
+    __slots__ = ("__weakref__", "_sorted_levels", "levels", "superseded")
 
     def __init__(self, levels: Iterable[Iterable[TableReader]], max_levels: int) -> None:
         lv = [list(level) for level in levels]
@@ -38,6 +38,8 @@ class Version:
         for level in lv[1:]:
             level.sort(key=lambda t: t.smallest)
         self.levels: tuple[tuple[TableReader, ...], ...] = tuple(tuple(level) for level in lv)
+        self.superseded = False
+        """Set when the store installs a newer Version: this one now only serves old readers."""
         # For levels 1+, the largest keys of the tables, to bisect on; empty levels are left out
         # so that a read does not even loop over them.
         self._sorted_levels: tuple[tuple[list[bytes], tuple[TableReader, ...]], ...] = tuple(

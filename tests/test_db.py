@@ -117,6 +117,20 @@ def test_iterator_sees_a_fixed_view(db: minilsm.DB) -> None:
     assert db.get(b"k00001") == b"changed"
 
 
+def test_closing_an_iterator_deletes_the_tables_only_it_held(db_path: str) -> None:
+    with minilsm.DB(db_path, **small_options()) as db:
+        fill(db, 300)
+        db.flush()
+        it = db.iterator()
+        next(it)
+        pinned = {f"{n:06d}.sst" for n in db.version.numbers()}
+        db.compact_range()
+        assert not pinned & {f"{n:06d}.sst" for n in db.version.numbers()}  # all replaced
+        assert pinned <= set(os.listdir(db_path))  # still there: the iterator reads them
+        assert len(list(it)) == 299
+        assert not pinned & set(os.listdir(db_path))  # exhausted, so released and deleted
+
+
 def test_snapshot_keeps_the_old_view_through_compaction(db: minilsm.DB) -> None:
     data = fill(db, 300)
     with db.snapshot() as snap:

@@ -139,7 +139,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def tables_are_well_formed(self) -> None:
-        check_invariants(self.db)
+        check_invariants(self.db, sweep_first=self.background)
 
     @precondition(lambda self: len(self.model) > 0)
     @rule()

@@ -235,3 +235,40 @@ def test_many_threads_writing_the_same_keys_lose_nothing(db_path: str) -> None:
         assert {k: db.get(k) for k in last} == last
     with minilsm.DB(db_path, **small_options()) as db:
         assert {k: db.get(k) for k in last} == last
+
+
+@pytest.mark.parametrize("kind", ["write", "sync", "rename"])
+def test_a_background_failure_stops_every_writer_and_loses_no_acknowledged_write(db_path: str, kind: str) -> None:
+    """Writers racing while a flush or compaction fails: each gets ReadOnlyError (none hangs in a stall), and
+    after a power cut every acknowledged sync=True write is there."""
+    from faultfs import FaultFS
+    from storeutil import crash
+
+    fs = FaultFS()
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True, memtable_size=4096))
+    fs.arm(kind, 40)
+    acked: list[dict[bytes, bytes]] = [{} for _ in range(4)]
+    outcome: list[BaseException | None] = [None] * 4
+
+    def work(t: int) -> None:
+        try:
+            for n in range(100_000):
+                k, v = b"t%d-%03d" % (t, n % 150), b"%d" % n * 20
+                db.put(k, v, sync=True)
+                acked[t][k] = v
+        except BaseException as e:
+            outcome[t] = e
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a writer hangs after the background failure"
+    assert fs.faults, "the failure never happened"
+    assert all(isinstance(e, (minilsm.ReadOnlyError, minilsm.StoreIOError)) for e in outcome), outcome
+    crash(db)
+    fs.crash()
+    with minilsm.DB(db_path, **small_options()) as db:
+        for t in range(4):
+            assert {k: db.get(k) for k in acked[t]} == acked[t]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections.abc import Iterator
 from typing import Final
 
 from minilsm.errors import CorruptionError
@@ -155,6 +156,43 @@ class Block:
         except struct.error as e:
             raise CorruptionError("data block: entry header runs past the block") from e
         return self.data[o + _HEADER_SIZE : o + _HEADER_SIZE + key_len]
+
+    def versions(self, lo: int, hi: int, reverse: bool = False) -> Iterator[tuple[bytes, int, bytes]]:
+        """Entries ``lo .. hi-1`` as ``(user_key, trailer, value)``, in block order or its reverse, lazily.
+
+        Each entry is decoded only when the consumer asks for it, so a seek
+        followed by a few steps decodes a few entries, not the block; a full
+        pass costs what `entries` does.  Each decoded entry is checked to end
+        where the next one begins.  O(1) per entry.
+        """
+        data = self.data
+        offsets = self.offsets
+        unpack = ENTRY_HEADER.unpack_from
+        try:
+            if not reverse:
+                pos = offsets[lo] if lo < hi else 0
+                for i in range(lo, hi):
+                    o = offsets[i]
+                    if o != pos:
+                        raise CorruptionError(f"data block: entry {i} does not start where the previous one ends")
+                    key_len, value_len, trailer = unpack(data, o)
+                    o += _HEADER_SIZE
+                    pos = o + key_len + value_len
+                    yield data[o : o + key_len], trailer, data[o + key_len : pos]
+                if hi == self.count and lo < hi and pos != self.limit:
+                    raise CorruptionError(f"data block: entries end at {pos}, the offset array starts at {self.limit}")
+            else:
+                end = offsets[hi] if hi < self.count else self.limit
+                for i in range(hi - 1, lo - 1, -1):
+                    o = offsets[i]
+                    key_len, value_len, trailer = unpack(data, o)
+                    o += _HEADER_SIZE
+                    if o + key_len + value_len != end:
+                        raise CorruptionError(f"data block: entry {i} does not end where the next one begins")
+                    end = offsets[i]
+                    yield data[o : o + key_len], trailer, data[o + key_len : o + key_len + value_len]
+        except struct.error as e:
+            raise CorruptionError("data block: entry header runs past the block") from e
 
     def entries(self) -> list[tuple[bytes, int, bytes]]:
         """Every version as ``(user_key, trailer, value)``, in block order, checking that entries tile the block.

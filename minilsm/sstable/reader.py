@@ -17,14 +17,13 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections.abc import Iterator
-from operator import itemgetter
 from typing import Final
 
 from minilsm.bloom import BloomFilter, KeyHash, key_hash
 from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.fs import FileSystem, RandomAccessFile
-from minilsm.keys import KIND_DELETE, KIND_VALUE
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
 from minilsm.sstable.block import Block
 from minilsm.sstable.format import (
     BLOCK_DATA,
@@ -48,7 +47,8 @@ Entry = tuple[bytes, int, bytes]
 BlockCache = LRUCache[tuple[int, int], Block]
 """The block cache: (table number, block offset) -> decoded data block, charged by its bytes."""
 
-_user_key: Final = itemgetter(0)
+_NEWEST: Final = (MAX_SEQUENCE << 8) | 0xFF
+"""The largest trailer: ``(key, _NEWEST)`` sorts before every version of `key` in internal order."""
 
 
 class TableReader:
@@ -268,7 +268,11 @@ class TableReader:
         """Versions ``(user_key, trailer, value)`` with ``start <= user_key < stop``, in internal order or its reverse.
 
         Lazy: each block is read (or taken from the block cache, which scans do
-        not fill) when the scan reaches it, and decoded whole, O(entries).
+        not fill) when the scan reaches it.  A block the range covers whole is
+        decoded in one pass; the first and last blocks of a bounded range are
+        entered by binary search and decoded a version at a time as the consumer
+        asks, so a seek followed by a few steps decodes a few versions, not a
+        block.  O(1) per version.
         """
         if (start is not None and start > self.largest) or (stop is not None and stop <= self.smallest):
             return iter(())
@@ -286,30 +290,30 @@ class TableReader:
 
     def _scan(self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool) -> Iterator[Entry]:
         blocks = range(last, first - 1, -1) if reverse else range(first, last + 1)
-        for i in blocks:
-            entries = self._scan_block(i)
-            lo = bisect_left(entries, start, key=_user_key) if i == first and start is not None else 0
-            hi = bisect_left(entries, stop, key=_user_key) if i == last and stop is not None else len(entries)
-            if lo or hi != len(entries):
-                entries = entries[lo:hi]
-            if reverse:
-                yield from reversed(entries)
-            else:
-                yield from entries
+        for n, i in enumerate(blocks):
+            block = self._scan_block(i)
+            try:
+                # (key, _NEWEST) sorts before every version of `key`: the bounds fall between user keys.
+                lo = block.seek(start, _NEWEST) if i == first and start is not None else 0
+                hi = block.seek(stop, _NEWEST) if i == last and stop is not None else block.count
+                if n >= 2 and lo == 0 and hi == block.count:
+                    # Deep in a long scan, a whole block is decoded in one pass: yielding from a
+                    # list costs less per version.  The first two blocks stay lazy for short scans.
+                    entries = block.entries()
+                    yield from reversed(entries) if reverse else entries
+                else:
+                    yield from block.versions(lo, hi, reverse)
+            except CorruptionError as e:
+                raise self._block_error(e, i) from e
 
-    def _scan_block(self, i: int) -> list[Entry]:
-        block = None
+    def _scan_block(self, i: int) -> Block:
         cache = self._block_cache
         if cache is not None:
             block = cache.get((self.number, self._offsets[i]))
             if block is not None:
                 self._stats.block_cache_hits += 1
-        if block is None:
-            block = self._load_block(i)
-        try:
-            return block.entries()
-        except CorruptionError as e:
-            raise self._block_error(e, i) from e
+                return block
+        return self._load_block(i)
 
     # -- blocks -----------------------------------------------------------------
 

@@ -3,16 +3,20 @@
 Shape.  A sorted dict maps each user key to the list of its versions
 ``(trailer, value)``, oldest first.  Writes arrive with increasing sequence
 numbers, so a new version is always the newest of its key and is appended: a
-write to a known key is a dict lookup plus `list.append`, and only a new key
-pays the O(log n) sorted insertion.  A point read is one dict lookup (no
-bisection at all) plus a backwards scan of that key's versions, which usually
-stops at the first.  LevelDB keeps one skiplist of internal keys instead;
-grouping versions under their user key is what makes reads O(1) here.
+write to a known key is a dict lookup plus `list.append`.  A point read is one
+dict lookup (no bisection at all) plus a backwards scan of that key's
+versions, which usually stops at the first.  LevelDB keeps one skiplist of
+internal keys instead; grouping versions under their user key is what makes
+reads O(1) here.
 
 The sorted dict is spelled out as what `sortedcontainers.SortedDict` is inside:
-a plain dict beside a `SortedList` of its keys.  Driving the two directly skips
-SortedDict's Python-level ``__setitem__`` and its repeated membership test,
-which `add` has already done (about 1.2 -> 0.8 us per new key).
+a plain dict beside a `SortedList` of its keys, except that a new key is not
+sorted in when it is written.  It waits in a plain list until an iterator next
+needs the order, and is then merged in by `SortedList.update`: one C sort when
+many keys wait (a flush, or the first scan after a load), one O(log n)
+insertion each when few do (scans between writes).  Only point reads and
+writes happen on the load path, so a write of a new key costs a dict insert
+and a list append (about 0.7 us less than inserting into the SortedList).
 
 Concurrency.  One writer at a time (the store serializes `add` under its lock);
 any number of readers, without the store's lock.  `get` needs nothing: a dict
@@ -21,18 +25,22 @@ once complete.  An iterator never holds a live cursor into the sorted key list,
 whose internal sublists an insertion shifts and splits: it copies the keys a
 chunk at a time and starts each chunk with `irange` strictly after the last key
 it returned, so keys added while it is suspended are neither skipped nor
-duplicated, nor a cause of "changed size during iteration".  The chunk copy and
-the insertion of a new key hold a small lock of the memtable's own, so that a
-copy never sees a half-done insertion from another thread; writes to known
-keys, and all of `get`, take no lock.  Versions added after an iterator started
-may or may not show up in it: they carry sequence numbers above any snapshot
-the reader took, so the store's snapshot filter hides them either way.
+duplicated, nor a cause of "changed size during iteration".  Only chunk copies
+touch the sorted list, one at a time under a small lock of the memtable's own;
+each first moves the keys waiting in the pending list into it.  The writer
+takes no lock: it stores a new key's versions in the dict before it appends
+the key to the pending list (so a copy that finds the key finds its versions),
+and an append is atomic under the GIL, as is the copy's removal of the keys it
+moved (a key appended meanwhile lands behind them and waits for the next
+copy).  Versions added after an iterator started may or may not show up in
+it: they carry sequence numbers above any snapshot the reader took, so the
+store's snapshot filter hides them either way.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import islice
 from typing import Final
 
@@ -60,21 +68,21 @@ class MemTable:
     ascending, then trailer descending (newest first).
     """
 
-    __slots__ = ("_count", "_insert_key", "_keys", "_keys_lock", "_lookup", "_size", "_versions")
+    __slots__ = ("_count", "_keys", "_keys_lock", "_lookup", "_pending", "_size", "_versions")
 
     def __init__(self) -> None:
         self._versions: dict[bytes, list[tuple[int, bytes]]] = {}
         self._keys = SortedList()
-        # Bound methods, looked up once: `add` and `get` are the hottest paths.
+        self._pending: list[bytes] = []  # new keys not yet in `_keys`, in arrival order
+        # Bound method, looked up once: `add` and `get` are the hottest paths.
         self._lookup = self._versions.get
-        self._insert_key: Callable[[bytes], None] = self._keys.add
         self._count = 0
         self._size = 0
-        # Guards the sorted key list against a chunk copy racing an insertion.
+        # Serializes chunk copies, the only users of `_keys` (see the module docstring).
         self._keys_lock = threading.Lock()
 
     def add(self, key: bytes, seq: int, kind: int, value: bytes) -> None:
-        """Record version ``(seq, kind)`` of `key`.  O(1) for a known key, O(log n) for a new one.
+        """Record version ``(seq, kind)`` of `key`.  O(1) (a new key is sorted in when an iterator next needs it).
 
         `seq` must exceed every sequence number added before, and calls must not
         overlap (the store adds under its write lock).  `key` and `value` are
@@ -82,9 +90,8 @@ class MemTable:
         """
         versions = self._lookup(key)
         if versions is None:
-            with self._keys_lock:
-                self._insert_key(key)
-                self._versions[key] = [((seq << 8) | kind, value)]
+            self._versions[key] = [((seq << 8) | kind, value)]
+            self._pending.append(key)  # after the dict entry: see the module docstring
         else:
             versions.append(((seq << 8) | kind, value))
         self._count += 1
@@ -149,8 +156,17 @@ class MemTable:
     def _chunk(
         self, lo: bytes | None, hi: bytes | None, bounds: tuple[bool, bool], reverse: bool, n: int
     ) -> list[bytes]:
-        """Up to `n` keys of the range, copied while no insertion is in progress."""
+        """Up to `n` keys of the range, after sorting in the keys added since the last copy.
+
+        O(log n + n) per chunk, plus the merge of waiting keys: O(m log m) for m of
+        them, or a C sort of all keys when m is a quarter of them or more.
+        """
         with self._keys_lock:
+            pending = self._pending
+            if pending:
+                moved = len(pending)
+                self._keys.update(pending[:moved])
+                del pending[:moved]  # keys the writer appended meanwhile stay, behind these
             return list(islice(self._keys.irange(lo, hi, bounds, reverse), n))
 
     def entries(self) -> Iterator[tuple[bytes, int, bytes]]:

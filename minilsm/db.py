@@ -776,7 +776,13 @@ class DB:
             live |= v.numbers()
         keep_log = self._log_floor()
         fs = self._fs
-        for number, kind, tmp in list(self._list_files()):
+        # Deleting garbage is never worth failing for: what stays now goes at the next
+        # sweep or open (as LevelDB, which ignores these errors too).
+        try:
+            files = list(self._list_files())
+        except OSError:
+            return
+        for number, kind, tmp in files:
             if kind == "sst" and (number in live and not tmp):
                 continue
             if kind == "sst" and tmp and number in self._pending_outputs:
@@ -784,12 +790,13 @@ class DB:
             if kind == "log" and not tmp and number >= keep_log:
                 continue
             name = (table_file_name(number) if kind == "sst" else log_file_name(number)) + (".tmp" if tmp else "")
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 fs.remove(f"{self.path}/{name}")
             if kind == "sst":
                 self._file_cache.evict(f"{self.path}/{name}")
-        if fs.exists(f"{self.path}/{MANIFEST_NAME}.tmp"):
-            fs.remove(f"{self.path}/{MANIFEST_NAME}.tmp")
+        with contextlib.suppress(OSError):
+            if fs.exists(f"{self.path}/{MANIFEST_NAME}.tmp"):
+                fs.remove(f"{self.path}/{MANIFEST_NAME}.tmp")
 
     # -- introspection (assembled by minilsm.report) ----------------------------------
 

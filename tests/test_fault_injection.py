@@ -337,7 +337,12 @@ def sweep(
         fs.arm(kind, n, err, sticky=sticky)
         run = drive(path, fs, ops)
         assert fs.faults, f"{label}: {kind} #{n} never happened"
-        assert run.errors, f"{label}: {kind} #{n} failed ({fs.faults[0]}) but no caller saw an error"
+        if kind == "remove":
+            # Removing garbage (an obsolete table or log) may fail harmlessly: the store
+            # stays writable and retries at the next sweep, as LevelDB does.
+            assert not run.errors, f"{label}: a failed remove #{n} surfaced as {run.errors[0]!r}"
+        else:
+            assert run.errors, f"{label}: {kind} #{n} failed ({fs.faults[0]}) but no caller saw an error"
         crash_and_check(path, fs, ops, run, f"{label} {kind} #{n}")
         runs += 1
     return runs
@@ -588,3 +593,21 @@ def test_regression_a_synced_write_in_a_new_log_implies_the_old_log_survives(tmp
     with minilsm.DB(db.path, **small_options()) as db:
         assert db.get(b"last") == b"synced"
         assert [db.get(b"k%04d" % i) for i in range(n)] == [b"v" * 50] * n
+
+
+def test_garbage_a_failed_remove_left_goes_at_the_next_open(tmp: str) -> None:
+    path = os.path.join(tmp, "db")
+    fs = FaultFS()
+    fs.arm("remove", 1, errno.EIO, sticky=True)  # no obsolete file can be removed at all
+    with minilsm.DB(path, **small_options(fs=fs)) as db:
+        for i in range(400):
+            db.put(b"k%04d" % i, b"v" * 40)
+        assert db.stats().compactions > 0
+        db.put(b"still", b"writable")
+    names = os.listdir(path)
+    assert any(n.endswith(".log") for n in names)
+    with minilsm.DB(path, **small_options()) as db:
+        check_invariants(db)  # strict: no table on disk that no version holds
+        assert db.get(b"k0399") == b"v" * 40 and db.get(b"still") == b"writable"
+        logs = [n for n in os.listdir(path) if n.endswith(".log")]
+        assert len(logs) == 1, logs

@@ -107,7 +107,6 @@ class DB:
         self._closing = False
         self._bg_error: BaseException | None = None
         self._bg_thread: threading.Thread | None = None
-        self._bg_busy = False
         self._compacting = False
         self._snapshots: dict[int, int] = {}  # snapshot id -> its sequence number
         self._snapshot_ids = 0
@@ -854,11 +853,8 @@ class DB:
 
     @property
     def last_sequence(self) -> int:
+        """The sequence number of the newest acknowledged write."""
         return self._last_seq
-
-    def _live_snapshot_seqs(self) -> list[int]:
-        with self._mutex:
-            return sorted(self._snapshots.values())
 
 
 def _outcome(kind: int) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import threading
@@ -62,6 +63,7 @@ from minilsm.version import Trace, Version
 from minilsm.wal import LogWriter, log_file_name, read_log
 
 LOCK_NAME: Final = "LOCK"
+_log = logging.getLogger("minilsm")
 _FILE_RE: Final = re.compile(r"^(\d+)\.(sst|log)(\.tmp)?$")
 
 _MISSING: Any = object()
@@ -222,6 +224,10 @@ class DB:
                 corruption = str(result.corruption)
                 break  # later logs hold later writes: applying them past a hole would reorder history
         self.recovery = RecoveryReport(len(logs), records, dropped, corruption)
+        if dropped:
+            _log.warning("%s: dropped a torn record of %d bytes at the end of a log (a crash mid-write)", path, dropped)
+        if corruption is not None:
+            _log.error("%s: recovery stopped at damage (paranoid_checks is off): %s", path, corruption)
 
         # A fresh log for new writes; the replayed memtable becomes a level-0 table.
         self._mem = MemTable()

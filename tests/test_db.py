@@ -257,13 +257,14 @@ def ten_writes_then_crash(db_path: str) -> str:
     return os.path.join(db_path, logs[-1])
 
 
-def test_torn_log_tail_is_dropped_and_reported(db_path: str) -> None:
+def test_torn_log_tail_is_dropped_and_reported(db_path: str, caplog: pytest.LogCaptureFixture) -> None:
     last = ten_writes_then_crash(db_path)
     size = os.path.getsize(last)
     with open(last, "r+b") as f:
         f.truncate(size - 20)  # the last record loses its tail, as if the crash hit mid-append
     with minilsm.DB(db_path) as db:
         assert db.recovery.dropped_bytes > 0
+        assert f"torn record of {db.recovery.dropped_bytes} bytes" in caplog.text
         assert [db.get(b"k%d" % i) for i in range(9)] == [b"v" * 50] * 9
         assert db.get(b"k9") is None
 

@@ -275,6 +275,35 @@ class BloomFilter:
         for pos in probe_positions(h, self.num_bits, self.k):
             bits[pos >> 3] |= _BIT[pos & 7]
 
+    def add_hashes(self, hashes: Iterable[KeyHash]) -> None:
+        """`add_hash` for each of `hashes`, in one pass: how a table builder fills its filter.  O(k) per key.
+
+        Walks `probe_positions` inline, with no list per key and the filter's
+        fields read once, as `may_contain_hash` does: about twice as fast as
+        calling `add_hash` for every key.
+        """
+        m = self.num_bits
+        k = self.k
+        bits = self._bits
+        steps = range(1, k)
+        n = 0
+        for h1, h2 in hashes:
+            n += 1
+            if not m:
+                continue
+            pos = h1 % m
+            step = h2 % m
+            bits[pos >> 3] |= _BIT[pos & 7]
+            for i in steps:
+                pos += step
+                if pos >= m:
+                    pos -= m
+                step += i
+                if step >= m:
+                    step %= m
+                bits[pos >> 3] |= _BIT[pos & 7]
+        self.num_keys += n
+
     # -- querying ---------------------------------------------------------------
 
     def may_contain(self, key: bytes) -> bool:

@@ -128,6 +128,16 @@ def test_add_and_check_walk_probe_positions(data: st.DataObject, h1: int, h2: in
     assert g.may_contain_hash((h1, h2)) == all(bits[p >> 3] >> (p & 7) & 1 for p in positions)
 
 
+@given(hashes=st.lists(st.tuples(u64s, u64s), max_size=20), m=st.integers(0, 300), k=st.integers(1, MAX_K))
+def test_add_hashes_is_add_hash_for_each(hashes: list[KeyHash], m: int, k: int) -> None:
+    # The bulk add walks the probes inline: it must set exactly the bits, and count exactly the keys, of add_hash.
+    one, bulk = BloomFilter(m, k), BloomFilter(m, k)
+    for h in hashes:
+        one.add_hash(h)
+    bulk.add_hashes(iter(hashes))
+    assert bulk == one and bulk.num_keys == one.num_keys == len(hashes)
+
+
 # -- no false negatives ----------------------------------------------------------
 
 

@@ -46,13 +46,18 @@ class BlockBuilder:
         self._buf = bytearray()
         self._offsets: list[int] = []
 
-    def add(self, key: bytes, trailer: int, value: bytes) -> None:
-        """Append one version; the caller keeps internal order.  O(len(key) + len(value)) amortized."""
+    def add(self, key: bytes, trailer: int, value: bytes) -> int:
+        """Append one version; returns `size()` after it.  The caller keeps internal order.
+
+        O(len(key) + len(value)) amortized.
+        """
         buf = self._buf
-        self._offsets.append(len(buf))
+        offsets = self._offsets
+        offsets.append(len(buf))
         buf += ENTRY_HEADER.pack(len(key), len(value), trailer)
         buf += key
         buf += value
+        return len(buf) + 4 * len(offsets) + 4
 
     @property
     def count(self) -> int:
@@ -65,7 +70,7 @@ class BlockBuilder:
     def finish(self) -> bytes:
         """The block's contents; the builder is empty again afterwards."""
         n = len(self._offsets)
-        contents = bytes(self._buf) + struct.pack(f"<{n}I", *self._offsets) + _U32.pack(n)
+        contents = b"".join((self._buf, struct.pack(f"<{n}I", *self._offsets), _U32.pack(n)))
         self._buf = bytearray()
         self._offsets = []
         return contents

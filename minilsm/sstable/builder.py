@@ -143,9 +143,7 @@ class TableBuilder:
         self._num_entries += 1
         self._last_key = user_key
         self._last_trailer = trailer
-        block = self._block
-        block.add(user_key, trailer, value)
-        if block.size() >= self._block_size:
+        if self._block.add(user_key, trailer, value) >= self._block_size:
             self._flush_block()
 
     def _flush_block(self) -> None:
@@ -179,8 +177,7 @@ class TableBuilder:
                 self._flush_block()
             data_size = self._offset
             bloom = BloomFilter.for_keys(len(self._hashes), self._bits_per_key)
-            for h in self._hashes:
-                bloom.add_hash(h)
+            bloom.add_hashes(self._hashes)
             filter_handle = self._write(bloom.to_bytes(), BLOCK_FILTER)
             index_handle = self._write(encode_index(self._index), BLOCK_INDEX)
             assert self._last_key is not None

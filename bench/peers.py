@@ -155,8 +155,12 @@ class MiniLSMStore(Store):
             "block_cache_hits",
             "flushes",
             "compactions",
+            "user_bytes_written",
+            "flush_bytes_written",
+            "compaction_bytes_written",
         )
         out = {name: getattr(st, name, None) for name in names}
+        out["write_amplification"] = getattr(st, "write_amplification", None)
         levels = getattr(st, "levels", None)
         if levels is not None:
             out["tables_per_level"] = [getattr(level, "tables", None) for level in levels]

@@ -194,6 +194,17 @@ def workload_table(name: str, runs: dict[str, dict[str, Any]]) -> str:
     return format_table(["store", "rate", "x minilsm", "p50 us", "p99 us", "note"], rows)
 
 
+def write_amplification(run: dict[str, Any]) -> str:
+    """minilsm's flush + compaction bytes over user bytes, per write workload."""
+    parts = []
+    for name in ("fillseq", "fillrandom", "overwrite", "deleterandom"):
+        r = run["results"].get(name)
+        wa = r.extra.get("counters", {}).get("write_amplification") if r is not None else None
+        if wa is not None:
+            parts.append(f"{name} {wa:.2f}")
+    return "write amplification (flush + compaction bytes / user bytes, during the run): " + (", ".join(parts) or "-")
+
+
 def counters_table(run: dict[str, Any]) -> str:
     rows = []
     for name, r in run["results"].items():
@@ -319,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     if "minilsm" in runs:
         print("minilsm counters per read")
         print(counters_table(runs["minilsm"]))
+        print(write_amplification(runs["minilsm"]))
         facts = runs["minilsm"]["facts"]
         if "tables_per_level" in facts:
             print(

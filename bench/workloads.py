@@ -166,24 +166,41 @@ def measure(
 ) -> Result:
     """Run the chunks, one in `SAMPLE_EVERY` op by op (latency), the rest in bulk (throughput).
 
-    With a `budget` in seconds, stop at the first chunk boundary past it (noted in ``extra["stopped_early"]``).
+    With a `budget` in seconds, stop once it is spent (noted in ``extra["stopped_early"]``).  So that a
+    store taking milliseconds per op stops near the budget, not a whole chunk later, the first chunk
+    runs in pieces of 16 ops, and any chunk expected to take over 1% of the budget in pieces that fit it.
     """
     bulk_ns = bulk_ops = ops = found = 0
     lat: list[int] = []
+    timed_ns = timed_ops = 0  # everything timed so far, bulk and sampled: the per-op estimate
     deadline = None if budget is None else perf_counter() + budget
     stopped = False
     for n, chunk in enumerate(chunks):
-        if deadline is not None and n % SAMPLE_EVERY == 0 and perf_counter() > deadline:
-            stopped = True
+        sampled = n % SAMPLE_EVERY == SAMPLE_EVERY // 2
+        pieces = [chunk]
+        if budget is not None:
+            piece = 16 if not timed_ops else max(1, int(budget / 100 * 1e9 * timed_ops / max(1, timed_ns)))
+            if piece < len(chunk):
+                pieces = [chunk[i : i + piece] for i in range(0, len(chunk), piece)]
+        for part in pieces:
+            if deadline is not None and perf_counter() > deadline:
+                stopped = True
+                break
+            ops += len(part)
+            if sampled:
+                before = len(lat)
+                found += each(part, lat)
+                timed_ns += sum(lat[before:])
+            else:
+                t = perf_counter_ns()
+                bulk(part)
+                dt = perf_counter_ns() - t
+                bulk_ns += dt
+                bulk_ops += len(part)
+                timed_ns += dt
+            timed_ops += len(part)
+        if stopped:
             break
-        ops += len(chunk)
-        if n % SAMPLE_EVERY == SAMPLE_EVERY // 2:
-            found += each(chunk, lat)
-        else:
-            t = perf_counter_ns()
-            bulk(chunk)
-            bulk_ns += perf_counter_ns() - t
-            bulk_ops += len(chunk)
     if not bulk_ops:  # too few chunks: fall back on the sampled ones
         bulk_ops, bulk_ns = len(lat), sum(lat)
     lat.sort()

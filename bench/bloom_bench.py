@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         ours.append(measure_minilsm(bits_per_key, keys, absent, timer))
         progress(f"minilsm: {bits_per_key}/{BITS_PER_KEY[-1]} bits per key")
     progress("")
-    print("minilsm BloomFilter (XXH3-128, double hashing; k = round(bits/key * ln 2))")
+    print("minilsm BloomFilter (XXH3-128, enhanced double hashing; k = round(bits/key * ln 2))")
     print(table(ours))
     print()
 

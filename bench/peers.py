@@ -129,16 +129,7 @@ class MiniLSMStore(Store):
 
     def settle(self) -> float:
         start = time.perf_counter()
-        wait = getattr(self.db, "wait_for_background_work", None)
-        if wait is not None:
-            wait()
-        else:  # older builds: poll the store's own test of pending work under its lock
-            db: Any = self.db
-            while True:
-                with db._mutex:
-                    if not db._compacting and not db._has_background_work():
-                        break
-                time.sleep(0.01)
+        self.db.wait_for_compactions()
         return time.perf_counter() - start
 
     def counters(self, reset: bool = False) -> dict[str, Any]:

@@ -91,20 +91,6 @@ def time_reads(db: minilsm.DB, keys: list[bytes], repeat: int) -> float:
     return statistics.median(runs)
 
 
-def wait_for_compactions(db: minilsm.DB) -> None:
-    """Until the store has no flush or compaction left to do (polls the store's own test of pending work)."""
-    wait = getattr(db, "wait_for_background_work", None)
-    if wait is not None:
-        wait()
-        return
-    store: Any = db
-    while True:
-        with store._mutex:
-            if not store._compacting and not store._has_background_work():
-                return
-        time.sleep(0.01)
-
-
 def count_reads(db: minilsm.DB, keys: list[bytes]) -> dict[str, Any]:
     """Read `keys` once from zeroed counters; the counters per read, and the filter counts as `DBStats` gives them."""
     db.stats(reset=True)
@@ -224,7 +210,7 @@ def growth(args: argparse.Namespace, root: str, values: list[bytes], style: str)
             load(db, (order[i] for i in range(loaded, target)), values)
             loaded = target
             db.flush()
-            wait_for_compactions(db)
+            db.wait_for_compactions()
             # Absent keys among all the key space the loaded keys are drawn from.
             probes = missing_keys(limit, args.probes, args.seed + 3)
             counts = count_reads(db, probes)

@@ -597,6 +597,21 @@ class DB:
             if not self.options.background:
                 self._do_background_work()
 
+    def wait_for_compactions(self) -> None:
+        """Return once no flush or compaction is due or running (RocksDB's ``WaitForCompact``).
+
+        For benchmarks and tests that measure a settled store.  Writes from other
+        threads meanwhile can make more work.  Returns at once when the store is
+        closing or closed, or once background work has failed (writes report it).
+        """
+        with self._mutex:
+            while (
+                not (self._closed or self._closing)
+                and self._bg_error is None
+                and (self._compacting or self._has_background_work())
+            ):
+                self._wait_for_background()
+
     # -- background work -----------------------------------------------------------
 
     def _wait_for_background(self) -> None:

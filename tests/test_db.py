@@ -85,6 +85,20 @@ def test_reads_survive_flushes_compactions_and_reopen(db_path: str) -> None:
         assert list(db.iterator(reverse=True)) == sorted(data.items(), reverse=True)
 
 
+def test_wait_for_compactions_leaves_no_work_due(db_path: str) -> None:
+    from minilsm import compaction
+
+    with minilsm.DB(db_path, **small_options(background=True)) as db:
+        data = fill(db, 600)
+        db.wait_for_compactions()
+        with db._mutex:  # settled: nothing frozen, running or due
+            assert db._imm is None and not db._compacting
+            assert compaction.pick_compaction(db.version, db.options, db._compact_pointers) is None
+        assert db.stats().compactions > 0
+        assert dict(db.iterator()) == data
+    db.wait_for_compactions()  # closed: returns at once
+
+
 def test_iterator_bounds_prefix_reverse_and_projection(db: minilsm.DB) -> None:
     for k in [b"a", b"ab", b"abc", b"b", b"ba", b"c", b"\xff", b"\xff\xff"]:
         db.put(k, k.upper())

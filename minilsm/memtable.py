@@ -23,8 +23,8 @@ any number of readers, without the store's lock.  `get` needs nothing: a dict
 lookup and a list read are atomic under the GIL, and a version is appended only
 once complete.  An iterator never holds a live cursor into the sorted key list,
 whose internal sublists an insertion shifts and splits: it copies the keys a
-chunk at a time and starts each chunk with `irange` strictly after the last key
-it returned, so keys added while it is suspended are neither skipped nor
+chunk at a time, each chunk a slice starting (by bisection) strictly after the
+last key it returned, so keys added while it is suspended are neither skipped nor
 duplicated, nor a cause of "changed size during iteration".  Only chunk copies
 touch the sorted list, one at a time under a small lock of the memtable's own;
 each first moves the keys waiting in the pending list into it.  The writer
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from itertools import islice
 from typing import Final
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]  # no stubs or py.typed
@@ -140,8 +139,13 @@ class MemTable:
                         yield key, trailer, value
             else:
                 for key in keys:
-                    for trailer, value in reversed(versions_of(key)):
+                    versions = versions_of(key)
+                    if len(versions) == 1:  # the usual case: no reversed() iterator to build
+                        trailer, value = versions[0]
                         yield key, trailer, value
+                    else:
+                        for trailer, value in reversed(versions):
+                            yield key, trailer, value
             if len(keys) < chunk:
                 return
             # Continue strictly past the last key returned; keys inserted in
@@ -167,7 +171,18 @@ class MemTable:
                 moved = len(pending)
                 self._keys.update(pending[:moved])
                 del pending[:moved]  # keys the writer appended meanwhile stay, behind these
-            return list(islice(self._keys.irange(lo, hi, bounds, reverse), n))
+            keys = self._keys
+            # Positions, then one slice: SortedList copies whole runs of its sublists in C,
+            # where `irange` would step a Python generator per key.
+            first = 0 if lo is None else keys.bisect_left(lo) if bounds[0] else keys.bisect_right(lo)
+            end = len(keys) if hi is None else keys.bisect_left(hi)
+            if end <= first:
+                return []
+            if reverse:
+                out: list[bytes] = keys[max(first, end - n) : end]
+                out.reverse()
+                return out
+            return keys[first : min(end, first + n)]  # type: ignore[no-any-return]
 
     def entries(self) -> Iterator[tuple[bytes, int, bytes]]:
         """Every version in internal order: what a flush writes to a table.  O(n) in total."""

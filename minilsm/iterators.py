@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
 from minilsm.keys import KIND_VALUE
 
@@ -55,9 +56,8 @@ def interleave(sources: list[Iterator[Entry]], reverse: bool = False) -> Iterato
 
 
 def concat(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:
-    """Chain the iterators of a level's disjoint, sorted tables into one source."""
-    for run in runs:
-        yield from run
+    """Chain the iterators of a level's disjoint, sorted tables into one source.  Lazy; no Python frame per version."""
+    return chain.from_iterable(runs)
 
 
 def visible(versions: Iterator[Entry], seq: int, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Final
 
 from minilsm.bloom import BloomFilter, KeyHash, key_hash
@@ -289,6 +290,13 @@ class TableReader:
         return self._scan(0, self._num_blocks - 1, None, None, False)
 
     def _scan(self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool) -> Iterator[Entry]:
+        # Chained in C: a version passes through no Python frame of this reader on its way out.
+        return chain.from_iterable(self._scan_blocks(first, last, start, stop, reverse))
+
+    def _scan_blocks(
+        self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool
+    ) -> Iterator[Iterable[Entry]]:
+        """The versions of blocks first..last (in range), one iterable per block, each block read when reached."""
         blocks = range(last, first - 1, -1) if reverse else range(first, last + 1)
         for n, i in enumerate(blocks):
             block = self._scan_block(i)
@@ -297,14 +305,20 @@ class TableReader:
                 lo = block.seek(start, _NEWEST) if i == first and start is not None else 0
                 hi = block.seek(stop, _NEWEST) if i == last and stop is not None else block.count
                 if n >= 2 and lo == 0 and hi == block.count:
-                    # Deep in a long scan, a whole block is decoded in one pass: yielding from a
-                    # list costs less per version.  The first two blocks stay lazy for short scans.
+                    # Deep in a long scan, a whole block is decoded in one pass into a list, which
+                    # costs less per version.  The first two blocks stay lazy for short scans.
                     entries = block.entries()
-                    yield from reversed(entries) if reverse else entries
-                else:
-                    yield from block.versions(lo, hi, reverse)
+                    yield reversed(entries) if reverse else entries
+                    continue
             except CorruptionError as e:
                 raise self._block_error(e, i) from e
+            yield self._lazy_versions(block, i, lo, hi, reverse)
+
+    def _lazy_versions(self, block: Block, i: int, lo: int, hi: int, reverse: bool) -> Iterator[Entry]:
+        try:
+            yield from block.versions(lo, hi, reverse)
+        except CorruptionError as e:
+            raise self._block_error(e, i) from e
 
     def _scan_block(self, i: int) -> Block:
         cache = self._block_cache

@@ -107,22 +107,30 @@ class Peer:
 # -- minilsm --------------------------------------------------------------------------
 
 
+def _bind_plyvel_style(store: Store, db: Any) -> None:
+    """Point a store's operations at a plyvel-style handle (put/get/delete, iterator(start=...)).
+
+    minilsm follows plyvel's API, so both adapters are the same few bound methods.
+    """
+    store.put = db.put
+    store.get = db.get
+    store.delete = db.delete
+    iterator = db.iterator
+
+    def seek(key: bytes, n: int) -> int:
+        it = iterator(start=key)
+        count = len(list(islice(it, n)))
+        it.close()
+        return count
+
+    store.seek = seek
+    store.scan = db.iterator
+
+
 class MiniLSMStore(Store):
     def __init__(self, path: str) -> None:
         self.db = db = minilsm.DB(path)
-        self.put = db.put
-        self.get = db.get
-        self.delete = db.delete
-        iterator = db.iterator
-
-        def seek(key: bytes, n: int) -> int:
-            it = iterator(start=key)
-            count = len(list(islice(it, n)))
-            it.close()
-            return count
-
-        self.seek = seek
-        self.scan = db.iterator
+        _bind_plyvel_style(self, db)
 
     def close(self) -> None:
         self.db.close()
@@ -166,19 +174,7 @@ class LevelDBStore(Store):
         import plyvel  # type: ignore[import-not-found]
 
         self.db = db = plyvel.DB(path, create_if_missing=True, bloom_filter_bits=10, compression=None)
-        self.put = db.put  # sync=False is plyvel's default
-        self.get = db.get
-        self.delete = db.delete
-        iterator = db.iterator
-
-        def seek(key: bytes, n: int) -> int:
-            it = iterator(start=key)
-            count = len(list(islice(it, n)))
-            it.close()
-            return count
-
-        self.seek = seek
-        self.scan = db.iterator
+        _bind_plyvel_style(self, db)  # sync=False is plyvel's default
 
     def close(self) -> None:
         self.db.close()

@@ -176,8 +176,26 @@ class LevelDBStore(Store):
         self.db = db = plyvel.DB(path, create_if_missing=True, bloom_filter_bits=10, compression=None)
         _bind_plyvel_style(self, db)  # sync=False is plyvel's default
 
+    def settle(self) -> float:
+        # LevelDB reports no pending-work flag: wait until its per-level compaction stats stop changing.
+        return _settle(lambda: self.db.get_property(b"leveldb.stats"))
+
     def close(self) -> None:
         self.db.close()
+
+
+def _settle(state: Callable[[], object], quiet: float = 1.0, limit: float = 600.0) -> float:
+    """Poll `state()` until it has not changed for `quiet` seconds (or `limit` passed); returns the seconds waited."""
+    start = time.perf_counter()
+    last, since = state(), start
+    while time.perf_counter() - start < limit:
+        time.sleep(0.1)
+        now, current = time.perf_counter(), state()
+        if current != last:
+            last, since = current, now
+        elif now - since >= quiet:
+            break
+    return time.perf_counter() - start
 
 
 # -- RocksDB (rocksdict) ----------------------------------------------------------------
@@ -204,6 +222,13 @@ class RocksDBStore(Store):
 
         self.seek = seek
         self.scan = db.items
+
+    def settle(self) -> float:
+        names = ("rocksdb.compaction-pending", "rocksdb.num-running-compactions", "rocksdb.num-running-flushes")
+        start = time.perf_counter()
+        while any(self.db.property_int_value(name) for name in names) and time.perf_counter() - start < 600:
+            time.sleep(0.05)
+        return time.perf_counter() - start
 
     def close(self) -> None:
         self.db.close()

@@ -27,7 +27,7 @@ Trace = list[dict[str, object]]
 class Version:
     """Live tables by level.  Build with `Version(levels)` or `version.apply(...)`; never mutated."""
 
-    __slots__ = ("__weakref__", "_sorted_levels", "levels", "superseded")
+    __slots__ = ("__weakref__", "_largest", "_smallest", "_sorted_levels", "levels", "superseded")
 
     def __init__(self, levels: Iterable[Iterable[TableReader]], max_levels: int) -> None:
         lv = [list(level) for level in levels]
@@ -42,8 +42,12 @@ class Version:
         """Set when the store installs a newer Version: this one now only serves old readers."""
         # For levels 1+, the largest keys of the tables, to bisect on; empty levels are left out
         # so that a read does not even loop over them.
+        # Per level, the tables' smallest and largest keys, to bisect on (built once:
+        # a Version never changes, and compaction asks about every tombstone it sees).
+        self._smallest = tuple([t.smallest for t in level] for level in self.levels)
+        self._largest = tuple([t.largest for t in level] for level in self.levels)
         self._sorted_levels: tuple[tuple[list[bytes], tuple[TableReader, ...]], ...] = tuple(
-            ([t.largest for t in level], level) for level in self.levels[1:] if level
+            (self._largest[n], level) for n, level in enumerate(self.levels) if n > 0 and level
         )
 
     # -- the read path ------------------------------------------------------------
@@ -71,7 +75,7 @@ class Version:
         """(level, table) pairs a point read of `key` would consider, in probe order (for may_contain)."""
         yield from ((0, t) for t in self.levels[0])
         for level, tables in enumerate(self.levels[1:], start=1):
-            i = bisect_left([t.largest for t in tables], key)
+            i = bisect_left(self._largest[level], key)
             if i < len(tables):
                 yield level, tables[i]
 
@@ -94,7 +98,7 @@ class Version:
         tables = self.levels[level]
         if level > 0 and smallest is not None:
             # Sorted, disjoint: skip the tables wholly below `smallest` by bisection.
-            start = bisect_left([t.largest for t in tables], smallest)
+            start = bisect_left(self._largest[level], smallest)
             tables = tables[start:]
         out = []
         for t in tables:
@@ -120,8 +124,9 @@ class Version:
         Compaction may drop a tombstone only when this is False: otherwise an older
         value below would come back to life.
         """
-        for tables in self.levels[level + 1 :]:
-            i = bisect_right([t.smallest for t in tables], key)
+        for n in range(level + 1, len(self.levels)):
+            tables = self.levels[n]
+            i = bisect_right(self._smallest[n], key)
             if i and tables[i - 1].largest >= key:
                 return True
         return False

@@ -143,7 +143,8 @@ class TableBuilder:
         self._num_entries += 1
         self._last_key = user_key
         self._last_trailer = trailer
-        if self._block.add(user_key, trailer, value) >= self._block_size:
+        # One hash per user key serves both the filter and the blocks' hash indexes.
+        if self._block.add(user_key, trailer, value, self._hashes[-1]) >= self._block_size:
             self._flush_block()
 
     def _flush_block(self) -> None:

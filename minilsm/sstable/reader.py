@@ -4,7 +4,8 @@ Opening a table reads its footer, index, filter and properties (never a data
 block) and keeps them in memory: the index as parallel lists for `bisect`, the
 filter as a `BloomFilter`.  A point read is then, in order: a key-range check,
 a filter probe, a bisect of the index, and exactly one data block (from the
-block cache, or one pread) searched by binary search over its offset array.
+block cache, or one pread) searched through its hash index (binary search over
+its offset array when the index cannot say).
 Scans decode each block they touch in one go.
 
 All disk reads go through `format.read_block`, which checks and counts them.
@@ -25,7 +26,7 @@ from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.fs import FileSystem, RandomAccessFile
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
-from minilsm.sstable.block import Block
+from minilsm.sstable.block import Block, BlockBuilder
 from minilsm.sstable.format import (
     BLOCK_DATA,
     BLOCK_FILTER,
@@ -177,7 +178,8 @@ class TableReader:
         Costs, in order, stopping at the first that settles it: two key
         comparisons; a filter probe (O(k)); a bisect of the index (O(log
         blocks)); one data block, from the block cache or one pread (which it
-        then caches), and a binary search in it (O(log entries)).  Counts in
+        then caches), and a lookup in it (O(1) through its hash index, else a
+        binary search, O(log entries)).  Counts in
         ``stats`` and on this reader; appends one dict to `trace` if given.
         """
         stats = self._stats
@@ -225,14 +227,14 @@ class TableReader:
                 cached = True
                 stats.block_cache_hits += 1
         try:
-            pos = block.seek(key, target)
-            found = block.version_of(pos, key)
-            if found is None:
-                present = block.key_at(pos - 1) == key if pos else i > 0 and last_keys[i - 1] == key
+            found = block.get(key, h, target)
         except CorruptionError as e:
             raise self._block_error(e, i) from e
-        if found is None:
-            self._miss(present, trace, [i], [cached])
+        if found is False:  # not in block i; only versions too new to see can lie in block i - 1
+            self._miss(i > 0 and last_keys[i - 1] == key, trace, [i], [cached])
+            return None
+        if found is True:
+            self._miss(True, trace, [i], [cached])
             return None
         trailer, value = found
         kind = trailer & 0xFF
@@ -373,14 +375,17 @@ class TableReader:
                 entries = Block(contents).entries()
             except CorruptionError as e:
                 raise self._block_error(e, i) from e
-            for key, trailer, _ in entries:
+            rebuilt = BlockBuilder()
+            for key, trailer, value in entries:
                 if prev is None or key != prev[0]:
                     if prev is not None and key < prev[0]:
                         raise self._verify_error(i, f"key {key!r} follows {prev[0]!r}")
-                    if not bloom.may_contain_hash(key_hash(key)):
+                    h = key_hash(key)
+                    if not bloom.may_contain_hash(h):
                         raise self._verify_error(i, f"the filter rejects key {key!r}, which the table holds")
                 elif trailer >= prev[1]:
                     raise self._verify_error(i, f"versions of {key!r} are out of order")
+                rebuilt.add(key, trailer, value, h)
                 prev = (key, trailer)
                 seq, kind = trailer >> 8, trailer & 0xFF
                 if kind not in (KIND_VALUE, KIND_DELETE):
@@ -393,6 +398,9 @@ class TableReader:
                 raise self._verify_error(i, "first key differs from the smallest key in the properties")
             if prev != (index.last_keys[i], index.last_trailers[i]):
                 raise self._verify_error(i, "last version differs from the index entry")
+            # The layout is a function of the entries: this checks every offset and hash bucket.
+            if rebuilt.finish() != contents:
+                raise self._verify_error(i, "offset array or hash index differs from what the entries imply")
         facts = (num_entries, num_deletions, min_seq, max_seq)
         if facts != (props.num_entries, props.num_deletions, props.min_seq, props.max_seq):
             raise CorruptionError(

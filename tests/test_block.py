@@ -211,8 +211,9 @@ def test_forged_lengths_are_corruption_not_struct_error() -> None:
     with pytest.raises(CorruptionError):
         block.entries()
     for probe in (block, without_hash_index(block)):
-        with pytest.raises(CorruptionError):
-            probe.get(b"a", key_hash(b"a"), 10)
+        for key in (b"a", probe.data[16 : 16 + (1 << 30)]):  # the second matches the forged key_len
+            with pytest.raises(CorruptionError):
+                probe.get(key, key_hash(b"a"), 10)
     # An offset that points past the entries.
     data = bytearray(good.data)
     struct.pack_into("<I", data, good.limit, good.limit - 1)

@@ -78,7 +78,6 @@ class TableReader:
         "block_reads",
         "file_size",
         "filter",
-        "filter_checks",
         "filter_negatives",
         "filter_positives",
         "filter_true_positives",
@@ -121,7 +120,6 @@ class TableReader:
         self.smallest = props.smallest
         self.largest = props.largest
         self.filter = bloom
-        self.filter_checks = 0
         self.filter_negatives = 0
         self.filter_positives = 0
         self.filter_true_positives = 0
@@ -167,6 +165,11 @@ class TableReader:
         own = file if file_cache is None else None
         return cls(number, path, file.size(), index, bloom, props, stats, own, file_cache, block_cache)
 
+    @property
+    def filter_checks(self) -> int:
+        """Filter probes of this table: `filter_negatives` + `filter_positives` (each probe is one or the other)."""
+        return self.filter_negatives + self.filter_positives
+
     # -- point reads ------------------------------------------------------------
 
     def get(
@@ -179,18 +182,16 @@ class TableReader:
         comparisons; a filter probe (O(k)); a bisect of the index (O(log
         blocks)); one data block, from the block cache or one pread (which it
         then caches), and a lookup in it (O(1) through its hash index, else a
-        binary search, O(log entries)).  Counts in
-        ``stats`` and on this reader; appends one dict to `trace` if given.
+        binary search, O(log entries)).  Counts in ``stats`` and on this
+        reader; appends one dict to `trace` if given.
         """
+        # Counts only outcomes: tables considered and filter checks are their sums (see Stats).
         stats = self._stats
-        stats.tables_considered += 1
         if key < self.smallest or key > self.largest:
             stats.tables_skipped_by_range += 1
             if trace is not None:
                 trace.append({"file": self.number, "outcome": "skipped_by_range"})
             return None
-        stats.filter_checks += 1
-        self.filter_checks += 1
         if not self._may_contain(h):
             stats.filter_negatives += 1
             self.filter_negatives += 1
@@ -206,7 +207,7 @@ class TableReader:
         target = (seq << 8) | 0xFF
         last_keys = self._last_keys
         i = bisect_left(last_keys, key)
-        if self._last_trailers[i] > target and last_keys[i] == key:
+        if last_keys[i] == key and self._last_trailers[i] > target:  # the key rarely ends a block
             i = self._skip_newer(i, key, target)
             if i == self._num_blocks:  # the table ends in versions of `key` too new to see
                 self._miss(True, trace, [], [])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
-from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -12,12 +11,12 @@ from hypothesis import strategies as st
 
 from minilsm.bloom import KeyHash, key_hash
 from minilsm.errors import CorruptionError
-from minilsm.sstable import block as block_module
 from minilsm.sstable.block import (
     BLOCK_FOOTER,
     ENTRY_HEADER,
     HASH_COLLISION,
     HASH_EMPTY,
+    HASH_UTIL_RATIO,
     MAX_HASHED_ENTRY,
     Block,
     BlockBuilder,
@@ -39,9 +38,11 @@ def sorted_entries(draw: st.DrawFn) -> list[Entry]:
     return out
 
 
-def build(entries: list[Entry], hash_of: dict[bytes, KeyHash] | None = None) -> Block:
+def build(
+    entries: list[Entry], hash_of: dict[bytes, KeyHash] | None = None, util_ratio: float = HASH_UTIL_RATIO
+) -> Block:
     """The block of `entries`, hashing keys with `key_hash` or, to force collisions, as `hash_of` says."""
-    b = BlockBuilder()
+    b = BlockBuilder(util_ratio)
     for key, trailer, value in entries:
         b.add(key, trailer, value, key_hash(key) if hash_of is None else hash_of[key])
     return Block(b.finish())
@@ -105,9 +106,8 @@ def test_hash_lookup_agrees_with_binary_search(
     # A small hash range or a high utilization ratio (few buckets) forces shared buckets;
     # a low one leaves most buckets empty.
     hash_of = {k: (0, key_hash(k)[1] % hash_range) for k, _, _ in entries}
-    with mock.patch.object(block_module, "HASH_UTIL_RATIO", ratio):
-        hashed = build(entries, hash_of)
-        assert hashed.num_buckets == num_buckets(len(hash_of)) > 0
+    hashed = build(entries, hash_of, ratio)
+    assert hashed.num_buckets == num_buckets(len(hash_of), ratio) > 0
     plain = without_hash_index(hashed)
     assert plain.entries() == hashed.entries() == entries
     for k, t in probes(entries, key, target):
@@ -147,8 +147,7 @@ def test_empty_key_and_bucket_values() -> None:
     entries = [(b"", 9, b"e"), (b"", 8, b"f"), (b"a", 7, b"x"), (b"b", 6, b""), (b"c", 5, b"y")]
     # Keys "" and "a" share bucket 0; "b" has bucket 1 and "c" bucket 2 to itself.
     hash_of = {b"": (0, 0), b"a": (0, 10), b"b": (0, 11), b"c": (0, 12)}
-    with mock.patch.object(block_module, "HASH_UTIL_RATIO", 4 / 10):
-        block = build(entries, hash_of)
+    block = build(entries, hash_of, 4 / 10)
     assert block.num_buckets == 10
     buckets = block.data[block.buckets_at : block.buckets_at + 10]
     assert buckets == bytes([HASH_COLLISION, 3, 4] + [HASH_EMPTY] * 7)

@@ -550,3 +550,37 @@ def test_verify_finds_a_forged_hash_bucket(tmp: str) -> None:
     with pytest.raises(CorruptionError, match="hash index differs") as e:
         reader.verify()
     assert e.value.path == path
+
+
+@settings(max_examples=40)
+@given(tables(), st.sampled_from([64, 200, 4096]), st.lists(st.binary(max_size=10), max_size=6), st.data())
+def test_trace_outcomes_and_filter_counts_match_a_reference(
+    entries: list[Entry], block_size: int, probes: list[bytes], data: st.DataObject
+) -> None:
+    """Every probe's outcome, through the hash index or binary search, keys straddling blocks and snapshots
+    older than a key's newest version included: a filter true positive is exactly a key the table holds."""
+    with tempfile.TemporaryDirectory() as d:
+        build(d, entries, block_size=block_size, bits_per_key=0)  # no filter: every probe in range reads a block
+        stats = Stats()
+        reader = open_table(d, stats=stats)
+        keys = sorted({e[0] for e in entries})
+        seqs = sorted({e[1] >> 8 for e in entries})
+        snapshots = [0, MAX_SEQUENCE, *data.draw(st.lists(st.sampled_from(seqs), max_size=6))]
+        snapshots += [s - 1 for s in snapshots[2:]]
+        for key in keys + probes:
+            for snap in snapshots:
+                found = reference_get(entries, key, snap)
+                if not keys[0] <= key <= keys[-1]:
+                    expect = "skipped_by_range"
+                elif found is not None:
+                    expect = "found" if found[0] == KIND_VALUE else "tombstone"
+                else:
+                    expect = "not_visible" if key in keys else "false_positive"
+                trace: list[dict[str, object]] = []
+                before = stats.copy()
+                reader.get(key, key_hash(key), snap, trace)
+                assert [t["outcome"] for t in trace] == [expect]
+                true_positive = expect in ("found", "tombstone", "not_visible")
+                assert stats.filter_true_positives - before.filter_true_positives == true_positive
+                assert reader.filter_checks == stats.filter_checks
+                assert stats.tables_considered - before.tables_considered == 1

@@ -68,9 +68,9 @@ _U32_CODE: Final = "I" if array("I").itemsize == 4 else "L"
 _SWAP: Final = sys.byteorder != "little"
 
 
-def num_buckets(distinct: int) -> int:
+def num_buckets(distinct: int, util_ratio: float = HASH_UTIL_RATIO) -> int:
     """Buckets of the hash index of a block holding `distinct` user keys (all hashable).  O(1)."""
-    return math.ceil(distinct / HASH_UTIL_RATIO)
+    return math.ceil(distinct / util_ratio)
 
 
 def hash_index(firsts: list[tuple[int, int]], buckets: int) -> bytes:
@@ -86,16 +86,23 @@ def hash_index(firsts: list[tuple[int, int]], buckets: int) -> bytes:
 
 
 class BlockBuilder:
-    """Accumulates versions, in the order given, into the contents of one data block."""
+    """Accumulates versions, in the order given, into the contents of one data block.
 
-    __slots__ = ("_buf", "_firsts", "_index_size", "_last_key", "_offsets")
+    `util_ratio` (distinct keys per hash bucket) is for tests; tables use `HASH_UTIL_RATIO`.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_buf", "_firsts", "_index_size", "_index_sizes", "_last_key", "_offsets")
+
+    def __init__(self, util_ratio: float = HASH_UTIL_RATIO) -> None:
+        if not util_ratio > 0:
+            raise ValueError(f"util_ratio must be > 0, got {util_ratio}")
         self._buf = bytearray()
         self._offsets: list[int] = []
         self._firsts: list[tuple[int, int]] = []  # (bucket hash, entry index) of each key's first version
         self._last_key: bytes | None = None
-        self._index_size = _FOOTER_SIZE  # bytes after the offset array: buckets and footer
+        # Bytes after the offset array (buckets and footer), by distinct keys, so that `add` only looks one up.
+        self._index_sizes = [num_buckets(d, util_ratio) + _FOOTER_SIZE for d in range(MAX_HASHED_ENTRY + 2)]
+        self._index_size = _FOOTER_SIZE
 
     def add(self, key: bytes, trailer: int, value: bytes, h: KeyHash) -> int:
         """Append one version of `key`, whose `key_hash` is `h`; returns `size()` after it.
@@ -105,12 +112,12 @@ class BlockBuilder:
         buf = self._buf
         offsets = self._offsets
         n = len(offsets)
-        if key != self._last_key or not n:
+        if key != self._last_key:  # None after `finish`: a key continued from the last block is entered again
             self._last_key = key
-            self._firsts.append((h[1], n))
+            firsts = self._firsts
+            firsts.append((h[1], n))
             # The index exists while every key's first version is within a byte's reach.
-            buckets = num_buckets(len(self._firsts)) if n <= MAX_HASHED_ENTRY else 0
-            self._index_size = buckets + _FOOTER_SIZE
+            self._index_size = self._index_sizes[len(firsts)] if n <= MAX_HASHED_ENTRY else _FOOTER_SIZE
         offsets.append(len(buf))
         buf += ENTRY_HEADER.pack(len(key), len(value), trailer)
         buf += key

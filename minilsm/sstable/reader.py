@@ -370,13 +370,13 @@ class TableReader:
         num_entries = num_deletions = 0
         min_seq = max_seq = None
         prev: tuple[bytes, int] | None = None
+        rebuilt = BlockBuilder()  # `finish` empties it for the next block
         for i in range(len(index.offsets)):
             contents = read_block(file, index.offsets[i], index.sizes[i], self._stats, self.path, kind=BLOCK_DATA)
             try:
                 entries = Block(contents).entries()
             except CorruptionError as e:
                 raise self._block_error(e, i) from e
-            rebuilt = BlockBuilder()
             for key, trailer, value in entries:
                 if prev is None or key != prev[0]:
                     if prev is not None and key < prev[0]:

@@ -142,8 +142,8 @@ def build_table(entries: list[tuple[bytes, int, bytes]], block_size: int = 256) 
 
 def sample_block() -> bytes:
     b = BlockBuilder()
-    for e in sample_entries()[:20]:
-        b.add(*e)
+    for key, trailer, value in sample_entries()[:20]:
+        b.add(key, trailer, value, key_hash(key))
     return b.finish()
 
 
@@ -269,10 +269,8 @@ def table_resealed(data: bytes) -> None:
 def block(data: bytes) -> None:
     b = Block(data)
     for key in PROBE_KEYS:
-        i = b.seek(key, MAX_SEQUENCE << 8 | 0xFF)
-        b.version_of(i, key)
-        if i:
-            b.key_at(i - 1)
+        for seq in (MAX_SEQUENCE, 990, 0):
+            b.get(key, key_hash(key), seq << 8 | 0xFF)
     b.entries()
 
 

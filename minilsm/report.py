@@ -114,7 +114,7 @@ def reset(stats: Stats, version: Version) -> None:
     """Zero the store's counters and the per-table counters of every table in `version`."""
     stats.reset()
     for _, t in version.tables():
-        t.filter_checks = t.filter_negatives = t.filter_positives = t.filter_true_positives = t.block_reads = 0
+        t.filter_negatives = t.filter_positives = t.filter_true_positives = t.block_reads = 0
 
 
 def live_bytes(pairs: Iterable[tuple[bytes, bytes]]) -> int:

@@ -2,8 +2,9 @@
 
 Flushes and compactions feed versions one by one; data blocks are cut at
 `block_size` and written as they fill, so memory holds one block plus the
-index and one hash pair per distinct user key (the filter is sized and built
-at `finish`, when the distinct count is known).  The file is written as
+index and one hash pair per distinct user key.  That one hash serves twice: the
+block's hash index as the block is built, and the filter, which is sized and
+built at `finish`, when the distinct count is known.  The file is written as
 ``NNNNNN.sst.tmp``, fsynced, renamed into place and the directory fsynced, so
 a crash leaves either no table or a complete one, never a torn ``.sst``.
 """
@@ -143,7 +144,8 @@ class TableBuilder:
         self._num_entries += 1
         self._last_key = user_key
         self._last_trailer = trailer
-        if self._block.add(user_key, trailer, value) >= self._block_size:
+        # One hash per user key serves both the filter and the blocks' hash indexes.
+        if self._block.add(user_key, trailer, value, self._hashes[-1]) >= self._block_size:
             self._flush_block()
 
     def _flush_block(self) -> None:

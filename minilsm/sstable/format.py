@@ -31,7 +31,8 @@ from minilsm.errors import CorruptionError
 from minilsm.fs import RandomAccessFile
 from minilsm.stats import Stats
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+"""2: data blocks end in a hash index (block.py).  A reader refuses every other version."""
 TABLE_MAGIC: Final = int.from_bytes(b"minilsmT", "little")
 """The last 8 bytes of every table; reads as ``minilsmT`` in a hex dump."""
 

@@ -4,7 +4,8 @@ Opening a table reads its footer, index, filter and properties (never a data
 block) and keeps them in memory: the index as parallel lists for `bisect`, the
 filter as a `BloomFilter`.  A point read is then, in order: a key-range check,
 a filter probe, a bisect of the index, and exactly one data block (from the
-block cache, or one pread) searched by binary search over its offset array.
+block cache, or one pread) searched through its hash index (binary search over
+its offset array when the index cannot say).
 Scans decode each block they touch in one go.
 
 All disk reads go through `format.read_block`, which checks and counts them.
@@ -25,7 +26,7 @@ from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.fs import FileSystem, RandomAccessFile
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
-from minilsm.sstable.block import Block
+from minilsm.sstable.block import Block, BlockBuilder
 from minilsm.sstable.format import (
     BLOCK_DATA,
     BLOCK_FILTER,
@@ -77,7 +78,6 @@ class TableReader:
         "block_reads",
         "file_size",
         "filter",
-        "filter_checks",
         "filter_negatives",
         "filter_positives",
         "filter_true_positives",
@@ -120,7 +120,6 @@ class TableReader:
         self.smallest = props.smallest
         self.largest = props.largest
         self.filter = bloom
-        self.filter_checks = 0
         self.filter_negatives = 0
         self.filter_positives = 0
         self.filter_true_positives = 0
@@ -166,6 +165,11 @@ class TableReader:
         own = file if file_cache is None else None
         return cls(number, path, file.size(), index, bloom, props, stats, own, file_cache, block_cache)
 
+    @property
+    def filter_checks(self) -> int:
+        """Filter probes of this table: `filter_negatives` + `filter_positives` (each probe is one or the other)."""
+        return self.filter_negatives + self.filter_positives
+
     # -- point reads ------------------------------------------------------------
 
     def get(
@@ -177,18 +181,17 @@ class TableReader:
         Costs, in order, stopping at the first that settles it: two key
         comparisons; a filter probe (O(k)); a bisect of the index (O(log
         blocks)); one data block, from the block cache or one pread (which it
-        then caches), and a binary search in it (O(log entries)).  Counts in
-        ``stats`` and on this reader; appends one dict to `trace` if given.
+        then caches), and a lookup in it (O(1) through its hash index, else a
+        binary search, O(log entries)).  Counts in ``stats`` and on this
+        reader; appends one dict to `trace` if given.
         """
+        # Counts only outcomes: tables considered and filter checks are their sums (see Stats).
         stats = self._stats
-        stats.tables_considered += 1
         if key < self.smallest or key > self.largest:
             stats.tables_skipped_by_range += 1
             if trace is not None:
                 trace.append({"file": self.number, "outcome": "skipped_by_range"})
             return None
-        stats.filter_checks += 1
-        self.filter_checks += 1
         if not self._may_contain(h):
             stats.filter_negatives += 1
             self.filter_negatives += 1
@@ -204,7 +207,7 @@ class TableReader:
         target = (seq << 8) | 0xFF
         last_keys = self._last_keys
         i = bisect_left(last_keys, key)
-        if self._last_trailers[i] > target and last_keys[i] == key:
+        if last_keys[i] == key and self._last_trailers[i] > target:  # the key rarely ends a block
             i = self._skip_newer(i, key, target)
             if i == self._num_blocks:  # the table ends in versions of `key` too new to see
                 self._miss(True, trace, [], [])
@@ -225,14 +228,14 @@ class TableReader:
                 cached = True
                 stats.block_cache_hits += 1
         try:
-            pos = block.seek(key, target)
-            found = block.version_of(pos, key)
-            if found is None:
-                present = block.key_at(pos - 1) == key if pos else i > 0 and last_keys[i - 1] == key
+            found = block.get(key, h, target)
         except CorruptionError as e:
             raise self._block_error(e, i) from e
-        if found is None:
-            self._miss(present, trace, [i], [cached])
+        if found is False:  # not in block i; only versions too new to see can lie in block i - 1
+            self._miss(i > 0 and last_keys[i - 1] == key, trace, [i], [cached])
+            return None
+        if found is True:
+            self._miss(True, trace, [i], [cached])
             return None
         trailer, value = found
         kind = trailer & 0xFF
@@ -367,20 +370,23 @@ class TableReader:
         num_entries = num_deletions = 0
         min_seq = max_seq = None
         prev: tuple[bytes, int] | None = None
+        rebuilt = BlockBuilder()  # `finish` empties it for the next block
         for i in range(len(index.offsets)):
             contents = read_block(file, index.offsets[i], index.sizes[i], self._stats, self.path, kind=BLOCK_DATA)
             try:
                 entries = Block(contents).entries()
             except CorruptionError as e:
                 raise self._block_error(e, i) from e
-            for key, trailer, _ in entries:
+            for key, trailer, value in entries:
                 if prev is None or key != prev[0]:
                     if prev is not None and key < prev[0]:
                         raise self._verify_error(i, f"key {key!r} follows {prev[0]!r}")
-                    if not bloom.may_contain_hash(key_hash(key)):
+                    h = key_hash(key)
+                    if not bloom.may_contain_hash(h):
                         raise self._verify_error(i, f"the filter rejects key {key!r}, which the table holds")
                 elif trailer >= prev[1]:
                     raise self._verify_error(i, f"versions of {key!r} are out of order")
+                rebuilt.add(key, trailer, value, h)
                 prev = (key, trailer)
                 seq, kind = trailer >> 8, trailer & 0xFF
                 if kind not in (KIND_VALUE, KIND_DELETE):
@@ -393,6 +399,9 @@ class TableReader:
                 raise self._verify_error(i, "first key differs from the smallest key in the properties")
             if prev != (index.last_keys[i], index.last_trailers[i]):
                 raise self._verify_error(i, "last version differs from the index entry")
+            # The layout is a function of the entries: this checks every offset and hash bucket.
+            if rebuilt.finish() != contents:
+                raise self._verify_error(i, "offset array or hash index differs from what the entries imply")
         facts = (num_entries, num_deletions, min_seq, max_seq)
         if facts != (props.num_entries, props.num_deletions, props.min_seq, props.max_seq):
             raise CorruptionError(

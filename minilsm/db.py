@@ -31,8 +31,9 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain, repeat
 from types import TracebackType
 from typing import Any, Final
 
@@ -49,7 +50,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.iterators import Entry, concat, interleave, prefix_bounds, visible
+from minilsm.iterators import Entry, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
@@ -481,18 +482,26 @@ class DB:
             start = pstart if start is None else max(start, pstart)
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
         mem, imm, version = self._mem, self._imm, self._version
-        # An empty memtable or level adds nothing but a heap slot: whatever a memtable
-        # gets later has a sequence number above `seq`, and a Version never changes.
-        sources: list[Iterator[Entry]] = [
-            m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
+        # An empty memtable or level adds nothing to merge: whatever a memtable gets later
+        # has a sequence number above `seq`, and a Version never changes.  A table's chunks
+        # are clean (see `merge_visible`) when it holds no tombstone and nothing newer than `seq`.
+        sources: list[Iterator[tuple[list[Entry], bool]]] = [
+            zip(m.chunks(start, stop, reverse), repeat(False)) for m in (mem, imm) if m is not None and not m.empty
         ]
-        sources += [t.iter(start, stop, reverse) for t in version.levels[0]]
-        for tables in version.levels[1:]:
-            if tables:
+        for level, tables in enumerate(version.levels):
+            if not tables:
+                continue
+            if level == 0:
+                sources += [zip(t.chunks(start, stop, reverse), repeat(_clean(t, seq)))
+                            for t in tables if _meets(t, start, stop)]
+            else:
+                # A deeper level's tables are disjoint and sorted: one source, each table looked at when
+                # reached (a level with nothing in the range drops out of the merge at its first step).
                 ordered = reversed(tables) if reverse else tables
-                sources.append(concat(t.iter(start, stop, reverse) for t in ordered if _meets(t, start, stop)))
-        pairs = visible(interleave(sources, reverse), seq, reverse)
-        return DBIterator(pairs, version, include_key, include_value, self._released_superseded_version)
+                sources.append(chain.from_iterable(zip(t.chunks(start, stop, reverse), repeat(_clean(t, seq)))
+                                                   for t in ordered if _meets(t, start, stop)))
+        batches = merge_visible(sources, seq, reverse)
+        return DBIterator(batches, version, include_key, include_value, reverse, self._released_superseded_version)
 
     def _released_superseded_version(self) -> None:
         """An iterator let go of a version that compaction has replaced: delete what only it held."""
@@ -886,6 +895,11 @@ def _meets(t: TableReader, start: bytes | None, stop: bytes | None) -> bool:
     return (start is None or t.largest >= start) and (stop is None or t.smallest < stop)
 
 
+def _clean(t: TableReader, seq: int) -> bool:
+    """Whether every version in `t` is a value visible at `seq` (`merge_visible` then skips its Python walk)."""
+    return t.props.num_deletions == 0 and t.meta.max_seq <= seq
+
+
 class _Unlocked:
     """Context manager that releases a held lock and takes it back (no-op for None)."""
 
@@ -918,39 +932,70 @@ class _Relocked(_Unlocked):
 
 
 class DBIterator:
-    """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted."""
+    """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted.
 
-    __slots__ = ("_it", "_on_release", "_version")
+    Keys and values are flattened out of `merge_visible`'s dicts by C iterators
+    (`itertools.chain` over dict views), so a loop over it runs no Python frame
+    per key: `iter()` hands out that flat iterator itself, and only a batch of
+    keys at a time passes through Python (`_batches`).  `next()` on the
+    iterator itself costs one more method call per key.
+    """
 
-    def __init__(self, pairs: Iterator[tuple[bytes, bytes]], version: Version | None, include_key: bool,
-                 include_value: bool, on_release: Callable[[], None] | None = None) -> None:
-        self._version = version  # keeps the tables it reads from being deleted
-        self._on_release = on_release
+    __slots__ = ("_it", "_pin")
+
+    def __init__(self, batches: Iterator[dict[bytes, bytes]], version: Version | None, include_key: bool,
+                 include_value: bool, reverse: bool = False, on_release: Callable[[], None] | None = None) -> None:
         if include_key and include_value:
-            self._it: Iterator[Any] = pairs
+            view: Callable[[dict[bytes, bytes]], Iterable[Any]] = dict.items
         elif include_key:
-            self._it = (k for k, _ in pairs)
+            view = dict.keys
         elif include_value:
-            self._it = (v for _, v in pairs)
+            view = dict.values
         else:
             raise ValueError("include_key and include_value cannot both be False")
+        # The pin, not the iterator, is what `_batches` holds: dropping the iterator
+        # unclosed frees the version at once (no reference cycle to wait for).
+        self._pin = pin = _Pin(version, on_release)
+        views = map(view, _batches(batches, pin))
+        # Each dict lists its keys ascending; a reverse scan reads each backwards (in C, as `reversed`).
+        backwards: Iterator[Iterable[Any]] = map(reversed, views)  # type: ignore[arg-type]  # views are reversible
+        self._it: Iterator[Any] = chain.from_iterable(backwards if reverse else views)
 
-    def __iter__(self) -> DBIterator:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        return self._it
 
     def __next__(self) -> Any:
-        try:
-            return next(self._it)
-        except StopIteration:
-            self.close()
-            raise
-        except OSError as e:
-            raise StoreIOError(f"a scan failed reading a table: {e}") from e
+        return next(self._it)
 
     def close(self) -> None:
-        """Release the tables this iterator pinned.  Further `next` calls stop iteration."""
-        version, self._version = self._version, None
+        """Release the tables this iterator pinned.  Further `next` calls stop iteration.
+
+        A loop already running over `iter(it)` stops at the end of the batch of
+        keys in hand (already read from the pinned view).
+        """
         self._it = iter(())
+        self._pin.release()
+
+    def __enter__(self) -> DBIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Pin:
+    """The version a `DBIterator` holds, shared with its `_batches` generator, which releases it at the end."""
+
+    __slots__ = ("_on_release", "released", "version")
+
+    def __init__(self, version: Version | None, on_release: Callable[[], None] | None) -> None:
+        self.version = version  # keeps the tables it reads from being deleted
+        self._on_release = on_release
+        self.released = False
+
+    def release(self) -> None:
+        self.released = True
+        version, self.version = self.version, None
         if version is None or self._on_release is None:
             return
         # The store deletes files only no live Version holds, so let go of ours before
@@ -960,11 +1005,17 @@ class DBIterator:
         if superseded:
             self._on_release()
 
-    def __enter__(self) -> DBIterator:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _batches(batches: Iterator[dict[bytes, bytes]], pin: _Pin) -> Iterator[dict[bytes, bytes]]:
+    """`batches` until they end or the iterator is closed; then the pin is released.  OSError -> StoreIOError."""
+    try:
+        for batch in batches:
+            if pin.released:  # the iterator was closed
+                return
+            yield batch
+    except OSError as e:
+        raise StoreIOError(f"a scan failed reading a table: {e}") from e
+    pin.release()
 
 
 class Snapshot:

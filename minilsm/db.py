@@ -957,9 +957,9 @@ class DBIterator:
         # unclosed frees the version at once (no reference cycle to wait for).
         self._pin = pin = _Pin(version, on_release)
         views = map(view, _batches(batches, pin))
-        # Each dict lists its keys ascending; a reverse scan reads each backwards (in C, as `reversed`).
-        backwards: Iterator[Iterable[Any]] = map(reversed, views)  # type: ignore[arg-type]  # views are reversible
-        self._it: Iterator[Any] = chain.from_iterable(backwards if reverse else views)
+        if reverse:  # each dict lists its keys ascending: read each backwards (in C, as `reversed`)
+            views = map(reversed, views)  # type: ignore[arg-type]  # dict views are reversible
+        self._it: Iterator[Any] = chain.from_iterable(views)
 
     def __iter__(self) -> Iterator[Any]:
         return self._it

@@ -50,6 +50,8 @@ Chunk = list[Entry]
 
 _AFTER_TRAILERS: Final = 1 << 64
 """Above every trailer: ``(key, _AFTER_TRAILERS)`` sorts after every version of `key`."""
+_DUE: Final = object()
+"""`merge_visible`'s first bound: every source is due for its first chunk."""
 
 
 def merge_visible(
@@ -73,19 +75,19 @@ def merge_visible(
     out oldest first) and turned into the dict by one comprehension, where a
     newer version overwrites an older one.  A round whose versions are not all
     clean instead walks them in Python, dropping versions above `seq` and
-    keys whose newest visible version is a tombstone.  The source whose
-    chunk ended the round then appends its next chunk to what it has left.
-    Per version: one slice copy, ~1.6 tuple comparisons and one dict store,
-    all in C for clean chunks; per round O(sources) Python steps.
+    keys whose newest visible version is a tombstone.  When the next dict is
+    asked for, the sources whose chunk ended at the bound append their next
+    chunk to what they have left (a source is read only that late).  Per
+    version: one slice copy, ~1.6 tuple comparisons and one dict store, all in
+    C for clean chunks; per round O(sources) Python steps.  A short seek pays
+    for the rounds and for decoding a few versions past what it reads, which
+    a heap merge would not; a long scan gains far more.
     """
     limit = (seq << 8) | 0xFF
-    # Per source [chunk, lo, hi, clean, source or None once it has no more chunks]; chunk[lo:hi] is unread.
-    live: list[list[Any]] = []
-    for source in sources:
-        first = next(source, None)
-        if first is not None:
-            live.append([first[0], 0, len(first[0]), first[1], source])
-    bound: bytes | None = None
+    # Per source [chunk, lo, hi, clean, source or None once it has no more chunks, key that ends
+    # chunk[lo:hi] in scan order]; chunk[lo:hi] is unread.  Every source starts out due for a chunk.
+    live: list[list[Any]] = [[[], 0, 0, True, source, _DUE] for source in sources]
+    bound: object = _DUE
     while True:
         # Refill the sources whose chunk set the last bound (reading no block before the
         # versions below that bound are consumed); then the new bound: no version of a
@@ -93,19 +95,23 @@ def merge_visible(
         new_bound: bytes | None = None
         finished = False
         for s in live:
-            chunk, lo, hi, clean, source = s
+            source = s[4]
             if source is None:
-                finished = finished or lo == hi
+                finished = finished or s[1] == s[2]
                 continue
-            last = chunk[lo][0] if reverse else chunk[hi - 1][0]
+            last = s[5]
             if last == bound:
                 more = next(source, None)
                 if more is None:
                     s[4] = None
+                    finished = finished or s[1] == s[2]
                     continue
-                chunk = more[0] + chunk[lo:hi] if reverse else chunk[lo:hi] + more[0]
-                s[:4] = chunk, 0, len(chunk), clean and more[1]
+                chunk, lo, hi = s[0], s[1], s[2]
+                # What is left of the old chunk (versions of the bound key) goes first in scan order.
+                rest = chunk[lo:hi]
+                chunk = more[0] if not rest else more[0] + rest if reverse else rest + more[0]
                 last = chunk[0][0] if reverse else chunk[-1][0]
+                s[:] = chunk, 0, len(chunk), (s[3] or lo == hi) and more[1], source, last
             if new_bound is None or (last > new_bound if reverse else last < new_bound):
                 new_bound = last
         if finished:
@@ -120,19 +126,25 @@ def merge_visible(
         for s in live:
             chunk, lo, hi, clean = s[0], s[1], s[2], s[3]
             if reverse:
-                cut = lo if bound is None else bisect_right(chunk, (bound, _AFTER_TRAILERS), lo, hi)
-                if cut < hi:
-                    batch += chunk[cut:hi]
-                    parts += 1
-                    all_clean = all_clean and clean
-                    s[2] = cut
+                if bound is None:
+                    cut = lo
+                elif chunk[hi - 1][0] <= bound:  # nothing to take: skip the search
+                    continue
+                else:
+                    cut = bisect_right(chunk, (bound, _AFTER_TRAILERS), lo, hi)
+                batch += chunk[cut:hi]
+                s[2] = cut
             else:
-                cut = hi if bound is None else bisect_left(chunk, (bound,), lo, hi)
-                if cut > lo:
-                    batch += chunk[lo:cut]
-                    parts += 1
-                    all_clean = all_clean and clean
-                    s[1] = cut
+                if bound is None:
+                    cut = hi
+                elif chunk[lo][0] >= bound:  # nothing to take: skip the search
+                    continue
+                else:
+                    cut = bisect_left(chunk, (bound,), lo, hi)
+                batch += chunk[lo:cut]
+                s[1] = cut
+            parts += 1
+            all_clean = all_clean and clean
         if parts > 1:
             batch.sort()
         if all_clean:

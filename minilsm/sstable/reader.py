@@ -320,8 +320,14 @@ class TableReader:
         group = 1  # blocks per list once the steps reach a block: 1, 2, 4, ...
         grouped = 0
         out: list[Entry] = []
+        cache = self._block_cache
         for i in blocks:
-            block = self._scan_block(i)
+            # Scans read through the block cache but do not fill it.
+            block = None if cache is None else cache.get((self.number, self._offsets[i]))
+            if block is None:
+                block = self._load_block(i)
+            else:
+                self._stats.block_cache_hits += 1
             try:
                 # (key, _NEWEST) sorts before every version of `key`: the bounds fall between user keys.
                 lo = block.seek(start, _NEWEST) if i == first and start is not None else 0
@@ -358,15 +364,6 @@ class TableReader:
                     group = min(group * 2, _MAX_CHUNK_BLOCKS)
         if out:
             yield out
-
-    def _scan_block(self, i: int) -> Block:
-        cache = self._block_cache
-        if cache is not None:
-            block = cache.get((self.number, self._offsets[i]))
-            if block is not None:
-                self._stats.block_cache_hits += 1
-                return block
-        return self._load_block(i)
 
     # -- blocks -----------------------------------------------------------------
 

@@ -180,14 +180,15 @@ class Block:
         unpack = ENTRY_HEADER.unpack_from
         append = out.append
         pos = offsets[lo]
+        h = _HEADER_SIZE
         try:
             for o in offsets[lo:hi] if lo or hi < count else offsets:
                 if o != pos:
                     raise CorruptionError(f"data block: entry at {o} does not start where the previous one ends")
                 key_len, value_len, trailer = unpack(data, o)
-                o += _HEADER_SIZE
-                pos = o + key_len + value_len
-                append((data[o : o + key_len], trailer, data[o + key_len : pos]))
+                v = o + h + key_len  # where the value starts
+                pos = v + value_len
+                append((data[o + h : v], trailer, data[v:pos]))
         except struct.error as e:
             raise CorruptionError("data block: entry header runs past the block") from e
         end = offsets[hi] if hi < count else self.limit

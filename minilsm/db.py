@@ -31,9 +31,9 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from itertools import chain, repeat
+from operator import itemgetter
 from types import TracebackType
 from typing import Any, Final
 
@@ -50,7 +50,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.iterators import Entry, merge_visible, prefix_bounds
+from minilsm.iterators import Entry, concat, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
@@ -483,25 +483,20 @@ class DB:
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
         mem, imm, version = self._mem, self._imm, self._version
         # An empty memtable or level adds nothing to merge: whatever a memtable gets later
-        # has a sequence number above `seq`, and a Version never changes.  A table's chunks
-        # are clean (see `merge_visible`) when it holds no tombstone and nothing newer than `seq`.
-        sources: list[Iterator[tuple[list[Entry], bool]]] = [
-            zip(m.chunks(start, stop, reverse), repeat(False)) for m in (mem, imm) if m is not None and not m.empty
+        # has a sequence number above `seq`, and a Version never changes.  Nor does a level-0
+        # table outside the range; a deeper level with nothing in it drops out at its first step.
+        sources: list[Iterator[Entry]] = [
+            m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
         ]
-        for level, tables in enumerate(version.levels):
-            if not tables:
-                continue
-            if level == 0:
-                sources += [zip(t.chunks(start, stop, reverse), repeat(_clean(t, seq)))
-                            for t in tables if _meets(t, start, stop)]
-            else:
-                # A deeper level's tables are disjoint and sorted: one source, each table looked at when
-                # reached (a level with nothing in the range drops out of the merge at its first step).
+        sources += [t.iter(start, stop, reverse) for t in version.levels[0] if _meets(t, start, stop)]
+        for tables in version.levels[1:]:
+            if tables:
+                # Disjoint and sorted: one source, each table looked at when the scan reaches it.
                 ordered = reversed(tables) if reverse else tables
-                sources.append(chain.from_iterable(zip(t.chunks(start, stop, reverse), repeat(_clean(t, seq)))
-                                                   for t in ordered if _meets(t, start, stop)))
-        batches = merge_visible(sources, seq, reverse)
-        return DBIterator(batches, version, include_key, include_value, reverse, self._released_superseded_version)
+                sources.append(concat(t.iter(start, stop, reverse) for t in ordered if _meets(t, start, stop)))
+        pin = _Pin(version, self._released_superseded_version)
+        pairs = merge_visible(sources, seq, reverse, pin.release)
+        return DBIterator(pairs, pin, include_key, include_value)
 
     def _released_superseded_version(self) -> None:
         """An iterator let go of a version that compaction has replaced: delete what only it held."""
@@ -895,11 +890,6 @@ def _meets(t: TableReader, start: bytes | None, stop: bytes | None) -> bool:
     return (start is None or t.largest >= start) and (stop is None or t.smallest < stop)
 
 
-def _clean(t: TableReader, seq: int) -> bool:
-    """Whether every version in `t` is a value visible at `seq` (`merge_visible` then skips its Python walk)."""
-    return t.props.num_deletions == 0 and t.meta.max_seq <= seq
-
-
 class _Unlocked:
     """Context manager that releases a held lock and takes it back (no-op for None)."""
 
@@ -934,32 +924,25 @@ class _Relocked(_Unlocked):
 class DBIterator:
     """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted.
 
-    Keys and values are flattened out of `merge_visible`'s dicts by C iterators
-    (`itertools.chain` over dict views), so a loop over it runs no Python frame
-    per key: `iter()` hands out that flat iterator itself, and only a batch of
-    keys at a time passes through Python (`_batches`).  `next()` on the
-    iterator itself costs one more method call per key.
+    `iter()` hands out the merging generator itself (or a C `map` over it for
+    keys or values alone), so a loop over the iterator costs one generator
+    step per key; `next()` on the iterator costs one method call more.
     """
 
-    __slots__ = ("_it", "_pin")
+    __slots__ = ("_gen", "_it", "_pin")
 
-    def __init__(self, batches: Iterator[dict[bytes, bytes]], version: Version | None, include_key: bool,
-                 include_value: bool, reverse: bool = False, on_release: Callable[[], None] | None = None) -> None:
+    def __init__(self, pairs: Generator[tuple[bytes, bytes], None, None], pin: _Pin, include_key: bool,
+                 include_value: bool) -> None:
+        self._pin = pin
+        self._gen = pairs
         if include_key and include_value:
-            view: Callable[[dict[bytes, bytes]], Iterable[Any]] = dict.items
+            self._it: Iterator[Any] = pairs
         elif include_key:
-            view = dict.keys
+            self._it = map(itemgetter(0), pairs)
         elif include_value:
-            view = dict.values
+            self._it = map(itemgetter(1), pairs)
         else:
             raise ValueError("include_key and include_value cannot both be False")
-        # The pin, not the iterator, is what `_batches` holds: dropping the iterator
-        # unclosed frees the version at once (no reference cycle to wait for).
-        self._pin = pin = _Pin(version, on_release)
-        views = map(view, _batches(batches, pin))
-        if reverse:  # each dict lists its keys ascending: read each backwards (in C, as `reversed`)
-            views = map(reversed, views)  # type: ignore[arg-type]  # dict views are reversible
-        self._it: Iterator[Any] = chain.from_iterable(views)
 
     def __iter__(self) -> Iterator[Any]:
         return self._it
@@ -968,12 +951,10 @@ class DBIterator:
         return next(self._it)
 
     def close(self) -> None:
-        """Release the tables this iterator pinned.  Further `next` calls stop iteration.
-
-        A loop already running over `iter(it)` stops at the end of the batch of
-        keys in hand (already read from the pinned view).
-        """
+        """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop."""
         self._it = iter(())
+        with contextlib.suppress(ValueError):  # running in another thread right now: it stops at its end instead
+            self._gen.close()
         self._pin.release()
 
     def __enter__(self) -> DBIterator:
@@ -984,17 +965,19 @@ class DBIterator:
 
 
 class _Pin:
-    """The version a `DBIterator` holds, shared with its `_batches` generator, which releases it at the end."""
+    """The version a `DBIterator` reads, released once: on `close` or when the merge runs out.
 
-    __slots__ = ("_on_release", "released", "version")
+    The merging generator holds the pin's `release`, not the iterator, so dropping an
+    unclosed iterator frees the version at once (no reference cycle to wait for).
+    """
+
+    __slots__ = ("_on_release", "version")
 
     def __init__(self, version: Version | None, on_release: Callable[[], None] | None) -> None:
         self.version = version  # keeps the tables it reads from being deleted
         self._on_release = on_release
-        self.released = False
 
     def release(self) -> None:
-        self.released = True
         version, self.version = self.version, None
         if version is None or self._on_release is None:
             return
@@ -1004,18 +987,6 @@ class _Pin:
         del version
         if superseded:
             self._on_release()
-
-
-def _batches(batches: Iterator[dict[bytes, bytes]], pin: _Pin) -> Iterator[dict[bytes, bytes]]:
-    """`batches` until they end or the iterator is closed; then the pin is released.  OSError -> StoreIOError."""
-    try:
-        for batch in batches:
-            if pin.released:  # the iterator was closed
-                return
-            yield batch
-    except OSError as e:
-        raise StoreIOError(f"a scan failed reading a table: {e}") from e
-    pin.release()
 
 
 class Snapshot:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from itertools import chain
 from typing import Final
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]  # no stubs or py.typed
@@ -124,21 +123,9 @@ class MemTable:
 
         In internal order (user key ascending, newest version first), or exactly
         the reverse of it when `reverse` is true.  None leaves a bound open.
-        `chunks`, flattened in C; O(1) per version.
-        """
-        chunks = self.chunks(start, stop, reverse)
-        return chain.from_iterable(map(reversed, chunks) if reverse else chunks)
-
-    def chunks(
-        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
-    ) -> Iterator[list[tuple[bytes, int, bytes]]]:
-        """The versions with ``start <= user_key < stop`` as non-empty lists, each in internal order.
-
-        The lists come in scan order (the last keys first when `reverse`), each
-        holding the versions of a run of consecutive keys.  Costs O(log n) per
-        list of up to 1024 keys (lists start at 16 keys, so a short scan copies
-        little) plus O(1) per version.  Safe against `add` from another thread
-        between and during steps; see the module docstring.
+        Costs O(log n) per chunk of up to 1024 keys (chunks start at 16 keys, so a
+        short scan copies little) plus O(1) per version.  Safe against `add` from
+        another thread between and during steps; see the module docstring.
         """
         chunk = _FIRST_CHUNK
         lo, hi = start, stop
@@ -146,24 +133,25 @@ class MemTable:
         versions_of = self._versions.__getitem__
         while True:
             keys = self._chunk(lo, hi, bounds, reverse, chunk)
-            if not keys:
-                return
-            out: list[tuple[bytes, int, bytes]] = []
-            append = out.append
-            for key in keys:
-                versions = versions_of(key)
-                if len(versions) == 1:  # the usual case: no reversed() iterator to build
-                    trailer, value = versions[0]
-                    append((key, trailer, value))
-                else:
-                    out += [(key, trailer, value) for trailer, value in reversed(versions)]
-            yield out
+            if reverse:
+                for key in keys:
+                    for trailer, value in versions_of(key):
+                        yield key, trailer, value
+            else:
+                for key in keys:
+                    versions = versions_of(key)
+                    if len(versions) == 1:  # the usual case: no reversed() iterator to build
+                        trailer, value = versions[0]
+                        yield key, trailer, value
+                    else:
+                        for trailer, value in reversed(versions):
+                            yield key, trailer, value
             if len(keys) < chunk:
                 return
-            # Continue strictly past the keys returned; keys inserted in the
-            # meantime behind the cursor are (correctly) not revisited.
+            # Continue strictly past the last key returned; keys inserted in
+            # the meantime behind the cursor are (correctly) not revisited.
             if reverse:
-                hi = keys[0]
+                hi = keys[-1]
             else:
                 lo = keys[-1]
                 bounds = (False, False)
@@ -172,7 +160,7 @@ class MemTable:
     def _chunk(
         self, lo: bytes | None, hi: bytes | None, bounds: tuple[bool, bool], reverse: bool, n: int
     ) -> list[bytes]:
-        """Up to `n` keys of the range (its first, or its last when `reverse`), ascending, after sorting in new keys.
+        """Up to `n` keys of the range, after sorting in the keys added since the last copy.
 
         O(log n + n) per chunk, plus the merge of waiting keys: O(m log m) for m of
         them, or a C sort of all keys when m is a quarter of them or more.
@@ -191,7 +179,9 @@ class MemTable:
             if end <= first:
                 return []
             if reverse:
-                return keys[max(first, end - n) : end]  # type: ignore[no-any-return]
+                out: list[bytes] = keys[max(first, end - n) : end]
+                out.reverse()
+                return out
             return keys[first : min(end, first + n)]  # type: ignore[no-any-return]
 
     def entries(self) -> Iterator[tuple[bytes, int, bytes]]:

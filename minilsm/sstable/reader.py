@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import chain
 from typing import Final
 
@@ -50,13 +50,6 @@ BlockCache = LRUCache[tuple[int, int], Block]
 
 _NEWEST: Final = (MAX_SEQUENCE << 8) | 0xFF
 """The largest trailer: ``(key, _NEWEST)`` sorts before every version of `key` in internal order."""
-
-_SEEK_ENTRIES: Final = 4
-"""Versions in a scan's first list; the next lists are twice as long each time, up to `_SEEK_UNTIL`."""
-_SEEK_UNTIL: Final = 64
-"""From lists of this many versions on, a scan decodes whole blocks, and reads them in growing groups."""
-_MAX_CHUNK_BLOCKS: Final = 16
-"""Blocks a long scan reads and decodes into one list (64 KiB at the default block size)."""
 
 
 class TableReader:
@@ -275,31 +268,12 @@ class TableReader:
     def iter(self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False) -> Iterator[Entry]:
         """Versions ``(user_key, trailer, value)`` with ``start <= user_key < stop``, in internal order or its reverse.
 
-        `chunks`, flattened in C: a version passes through no Python frame of
-        this reader on its way out.  Lazy, O(1) per version.
-        """
-        chunks = self.chunks(start, stop, reverse)
-        return chain.from_iterable(map(reversed, chunks) if reverse else chunks)
-
-    def iter_entries(self) -> Iterator[Entry]:
-        """Every version of the table in internal order (for compaction)."""
-        return chain.from_iterable(self._chunks(0, self._num_blocks - 1, None, None, False))
-
-    def chunks(
-        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
-    ) -> Iterator[list[Entry]]:
-        """The versions with ``start <= user_key < stop`` as non-empty lists, each in internal order.
-
-        The lists come in scan order (last first when `reverse`), and each
-        holds a run of consecutive versions of the range.  Lazy: blocks are
-        read (or taken from the block cache, which scans do not fill) when a
-        list needs them.  A bounded range is entered by binary search in its
-        first block, whose versions come in lists of `_SEEK_ENTRIES`, then
-        twice, four times as many..., so a seek followed by a few steps
-        decodes a few versions.  After that a list holds one block, then 2, 4, ... up to
-        `_MAX_CHUNK_BLOCKS` blocks read together (a long scan pays the
-        per-list costs of its consumer rarely; an abandoned scan has read at
-        most that many blocks ahead).  O(1) per version.
+        Lazy: each block is read (or taken from the block cache, which scans do
+        not fill) when the scan reaches it.  A block the range covers whole is
+        decoded in one pass; the first and last blocks of a bounded range are
+        entered by binary search and decoded a version at a time as the consumer
+        asks, so a seek followed by a few steps decodes a few versions, not a
+        block.  O(1) per version.
         """
         if (start is not None and start > self.largest) or (stop is not None and stop <= self.smallest):
             return iter(())
@@ -309,61 +283,51 @@ class TableReader:
         first = 0 if start is None else bisect_left(keys, start)
         # The first block ending at or after `stop` may still hold keys below it.
         last = self._num_blocks - 1 if stop is None else min(bisect_left(keys, stop), self._num_blocks - 1)
-        return self._chunks(first, last, start, stop, reverse)
+        return self._scan(first, last, start, stop, reverse)
 
-    def _chunks(
+    def iter_entries(self) -> Iterator[Entry]:
+        """Every version of the table in internal order (for compaction)."""
+        return self._scan(0, self._num_blocks - 1, None, None, False)
+
+    def _scan(self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool) -> Iterator[Entry]:
+        # Chained in C: a version passes through no Python frame of this reader on its way out.
+        return chain.from_iterable(self._scan_blocks(first, last, start, stop, reverse))
+
+    def _scan_blocks(
         self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool
-    ) -> Iterator[list[Entry]]:
-        """`chunks` of blocks first..last, the first entered at `start` and the last left at `stop`."""
+    ) -> Iterator[Iterable[Entry]]:
+        """The versions of blocks first..last (in range), one iterable per block, each block read when reached."""
         blocks = range(last, first - 1, -1) if reverse else range(first, last + 1)
-        step = _SEEK_ENTRIES
-        group = 1  # blocks per list once the steps reach a block: 1, 2, 4, ...
-        grouped = 0
-        out: list[Entry] = []
-        cache = self._block_cache
-        for i in blocks:
-            # Scans read through the block cache but do not fill it.
-            block = None if cache is None else cache.get((self.number, self._offsets[i]))
-            if block is None:
-                block = self._load_block(i)
-            else:
-                self._stats.block_cache_hits += 1
+        for n, i in enumerate(blocks):
+            block = self._scan_block(i)
             try:
                 # (key, _NEWEST) sorts before every version of `key`: the bounds fall between user keys.
                 lo = block.seek(start, _NEWEST) if i == first and start is not None else 0
                 hi = block.seek(stop, _NEWEST) if i == last and stop is not None else block.count
-                if step < _SEEK_UNTIL:
-                    # The first versions in lists of 4, 8, 16, ...: a seek is usually followed by
-                    # a few steps, and decoding a version costs as much as the rest of a step.
-                    while hi - lo > step:
-                        if reverse:
-                            yield block.entries(hi - step, hi)
-                            hi -= step
-                        else:
-                            yield block.entries(lo, lo + step)
-                            lo += step
-                        step *= 2
-                    step *= 2
-                entries = block.entries(lo, hi)
+                if n >= 2 and lo == 0 and hi == block.count:
+                    # Deep in a long scan, a whole block is decoded in one pass into a list, which
+                    # costs less per version.  The first two blocks stay lazy for short scans.
+                    entries = block.entries()
+                    yield reversed(entries) if reverse else entries
+                    continue
             except CorruptionError as e:
                 raise self._block_error(e, i) from e
-            if not entries:
-                continue
-            if reverse:
-                out = entries + out if out else entries
-            elif out:
-                out += entries
-            else:
-                out = entries
-            grouped += 1
-            if grouped == group:
-                yield out
-                out = []
-                grouped = 0
-                if step >= _SEEK_UNTIL:
-                    group = min(group * 2, _MAX_CHUNK_BLOCKS)
-        if out:
-            yield out
+            yield self._lazy_versions(block, i, lo, hi, reverse)
+
+    def _lazy_versions(self, block: Block, i: int, lo: int, hi: int, reverse: bool) -> Iterator[Entry]:
+        try:
+            yield from block.versions(lo, hi, reverse)
+        except CorruptionError as e:
+            raise self._block_error(e, i) from e
+
+    def _scan_block(self, i: int) -> Block:
+        cache = self._block_cache
+        if cache is not None:
+            block = cache.get((self.number, self._offsets[i]))
+            if block is not None:
+                self._stats.block_cache_hits += 1
+                return block
+        return self._load_block(i)
 
     # -- blocks -----------------------------------------------------------------
 

@@ -31,9 +31,10 @@ import os
 import re
 import threading
 import weakref
+from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from types import TracebackType
 from typing import Any, Final
 
@@ -482,18 +483,21 @@ class DB:
             start = pstart if start is None else max(start, pstart)
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
         mem, imm, version = self._mem, self._imm, self._version
-        # An empty memtable or level adds nothing to merge: whatever a memtable gets later
-        # has a sequence number above `seq`, and a Version never changes.  Nor does a level-0
-        # table outside the range; a deeper level with nothing in it drops out at its first step.
+        # An empty memtable adds nothing to merge: whatever it gets later has a sequence number
+        # above `seq`, and a Version never changes.  Nor does a table outside the range.
         sources: list[Iterator[Entry]] = [
             m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
         ]
         sources += [t.iter(start, stop, reverse) for t in version.levels[0] if _meets(t, start, stop)]
         for tables in version.levels[1:]:
-            if tables:
-                # Disjoint and sorted: one source, each table looked at when the scan reaches it.
-                ordered = reversed(tables) if reverse else tables
-                sources.append(concat(t.iter(start, stop, reverse) for t in ordered if _meets(t, start, stop)))
+            # Disjoint and sorted by key: the tables meeting the range are a slice, found by bisection
+            # (O(log tables), where a test of each table would cost O(tables) per seek in a big level).
+            lo = 0 if start is None else bisect_left(tables, start, key=_LARGEST)
+            hi = len(tables) if stop is None else bisect_left(tables, stop, key=_SMALLEST)
+            if lo < hi:
+                # One source, each table opened when the scan reaches it.
+                ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
+                sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
         pin = _Pin(version, self._released_superseded_version)
         pairs = merge_visible(sources, seq, reverse, pin.release)
         return DBIterator(pairs, pin, include_key, include_value)
@@ -884,6 +888,10 @@ class DB:
 
 def _outcome(kind: int) -> str:
     return "found" if kind == KIND_VALUE else "tombstone"
+
+
+_LARGEST: Final = attrgetter("largest")
+_SMALLEST: Final = attrgetter("smallest")
 
 
 def _meets(t: TableReader, start: bytes | None, stop: bytes | None) -> bool:

@@ -62,12 +62,13 @@ def merge_visible(
     O(log s) for s sources) and a few comparisons; a key's run of versions is
     decided when the run ends, shadowed versions and tombstones are skipped.
     A source is dropped from the heap once it runs dry.  An `OSError` from a
-    source becomes `StoreIOError`.  `on_end` is called
-    once every source is exhausted (not when the consumer stops early).
+    source becomes `StoreIOError`.  `on_end` is called once every source is
+    exhausted (not when the consumer stops early).
     """
     limit = (seq << 8) | 0xFF  # trailers above this belong to writes after the snapshot
-    # Heap items are [entry, source number, next]: entries compare as whole tuples in C, and no
-    # two sources hold the same (key, trailer), so the rest of an item is never compared.
+    # Heap items are [entry, source number, next]: entries compare as whole tuples in C.  Equal
+    # entries (a version seen both in a memtable and in the table a flush just wrote it to) fall
+    # to the source number, so `next` is never compared.
     heap: list[Any] = []
     try:
         for n, source in enumerate(sources):

@@ -72,6 +72,16 @@ def test_merge_visible_keeps_a_key_whole_across_sources() -> None:
     assert run(0) == []
 
 
+def test_merge_visible_takes_a_version_seen_in_two_sources_once() -> None:
+    # An iterator can catch a flush between reading the frozen memtable and the version:
+    # the same versions then come from both.
+    flushed = [(b"a", 1 << 8 | 1, b"1"), (b"b", 2 << 8 | 1, b"2")]
+    for reverse in (False, True):
+        feeds = [iter(flushed[::-1] if reverse else flushed) for _ in range(2)]
+        got = list(merge_visible(feeds, 9, reverse))
+        assert got == ([(b"b", b"2"), (b"a", b"1")] if reverse else [(b"a", b"1"), (b"b", b"2")])
+
+
 def test_merge_visible_turns_a_read_error_into_store_io_error() -> None:
     def failing() -> chain[Entry]:
         def boom() -> list[Entry]:

@@ -31,8 +31,10 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from types import TracebackType
 from typing import Any, Final
 
@@ -49,7 +51,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.iterators import Entry, concat, interleave, prefix_bounds, visible
+from minilsm.iterators import Entry, concat, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
@@ -481,18 +483,24 @@ class DB:
             start = pstart if start is None else max(start, pstart)
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
         mem, imm, version = self._mem, self._imm, self._version
-        # An empty memtable or level adds nothing but a heap slot: whatever a memtable
-        # gets later has a sequence number above `seq`, and a Version never changes.
+        # An empty memtable adds nothing to merge: whatever it gets later has a sequence number
+        # above `seq`, and a Version never changes.  Nor does a table outside the range.
         sources: list[Iterator[Entry]] = [
             m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
         ]
-        sources += [t.iter(start, stop, reverse) for t in version.levels[0]]
+        sources += [t.iter(start, stop, reverse) for t in version.levels[0] if _meets(t, start, stop)]
         for tables in version.levels[1:]:
-            if tables:
-                ordered = reversed(tables) if reverse else tables
-                sources.append(concat(t.iter(start, stop, reverse) for t in ordered if _meets(t, start, stop)))
-        pairs = visible(interleave(sources, reverse), seq, reverse)
-        return DBIterator(pairs, version, include_key, include_value, self._released_superseded_version)
+            # Disjoint and sorted by key: the tables meeting the range are a slice, found by bisection
+            # (O(log tables), where a test of each table would cost O(tables) per seek in a big level).
+            lo = 0 if start is None else bisect_left(tables, start, key=_LARGEST)
+            hi = len(tables) if stop is None else bisect_left(tables, stop, key=_SMALLEST)
+            if lo < hi:
+                # One source, each table opened when the scan reaches it.
+                ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
+                sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
+        pin = _Pin(version, self._released_superseded_version)
+        pairs = merge_visible(sources, seq, reverse, pin.release)
+        return DBIterator(pairs, pin, include_key, include_value)
 
     def _released_superseded_version(self) -> None:
         """An iterator let go of a version that compaction has replaced: delete what only it held."""
@@ -882,6 +890,10 @@ def _outcome(kind: int) -> str:
     return "found" if kind == KIND_VALUE else "tombstone"
 
 
+_LARGEST: Final = attrgetter("largest")
+_SMALLEST: Final = attrgetter("smallest")
+
+
 def _meets(t: TableReader, start: bytes | None, stop: bytes | None) -> bool:
     return (start is None or t.largest >= start) and (stop is None or t.smallest < stop)
 
@@ -918,39 +930,63 @@ class _Relocked(_Unlocked):
 
 
 class DBIterator:
-    """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted."""
+    """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted.
 
-    __slots__ = ("_it", "_on_release", "_version")
+    `iter()` hands out the merging generator itself (or a C `map` over it for
+    keys or values alone), so a loop over the iterator costs one generator
+    step per key; `next()` on the iterator costs one method call more.
+    """
 
-    def __init__(self, pairs: Iterator[tuple[bytes, bytes]], version: Version | None, include_key: bool,
-                 include_value: bool, on_release: Callable[[], None] | None = None) -> None:
-        self._version = version  # keeps the tables it reads from being deleted
-        self._on_release = on_release
+    __slots__ = ("_gen", "_it", "_pin")
+
+    def __init__(self, pairs: Generator[tuple[bytes, bytes], None, None], pin: _Pin, include_key: bool,
+                 include_value: bool) -> None:
+        self._pin = pin
+        self._gen = pairs
         if include_key and include_value:
             self._it: Iterator[Any] = pairs
         elif include_key:
-            self._it = (k for k, _ in pairs)
+            self._it = map(itemgetter(0), pairs)
         elif include_value:
-            self._it = (v for _, v in pairs)
+            self._it = map(itemgetter(1), pairs)
         else:
             raise ValueError("include_key and include_value cannot both be False")
 
-    def __iter__(self) -> DBIterator:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        return self._it
 
     def __next__(self) -> Any:
-        try:
-            return next(self._it)
-        except StopIteration:
-            self.close()
-            raise
-        except OSError as e:
-            raise StoreIOError(f"a scan failed reading a table: {e}") from e
+        return next(self._it)
 
     def close(self) -> None:
-        """Release the tables this iterator pinned.  Further `next` calls stop iteration."""
-        version, self._version = self._version, None
+        """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop."""
         self._it = iter(())
+        with contextlib.suppress(ValueError):  # running in another thread right now: it stops at its end instead
+            self._gen.close()
+        self._pin.release()
+
+    def __enter__(self) -> DBIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Pin:
+    """The version a `DBIterator` reads, released once: on `close` or when the merge runs out.
+
+    The merging generator holds the pin's `release`, not the iterator, so dropping an
+    unclosed iterator frees the version at once (no reference cycle to wait for).
+    """
+
+    __slots__ = ("_on_release", "version")
+
+    def __init__(self, version: Version | None, on_release: Callable[[], None] | None) -> None:
+        self.version = version  # keeps the tables it reads from being deleted
+        self._on_release = on_release
+
+    def release(self) -> None:
+        version, self.version = self.version, None
         if version is None or self._on_release is None:
             return
         # The store deletes files only no live Version holds, so let go of ours before
@@ -959,12 +995,6 @@ class DBIterator:
         del version
         if superseded:
             self._on_release()
-
-    def __enter__(self) -> DBIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Snapshot:

@@ -2,26 +2,31 @@
 
 Every source (a memtable, a level-0 table, a deeper level read as one run)
 yields *versions* ``(user_key, trailer, value)`` in internal order: user key
-ascending, newest version first.  A scan merges them with a heap
-(`heapq.merge`, O(log s) per version for s sources) and then keeps, for each
-user key, the newest version visible at the read's sequence number, hiding
-tombstones.  Reverse scans merge the sources' reversed streams (user key
-descending, oldest version first) and keep the *last* visible version of each key.
+ascending, newest version first.
 
-Scans use `interleave` rather than `merge`: it compares whole entries, which
-heapq does in C, instead of calling a Python key function per version (about
-600 -> 400 ns per version with three sources).  Its output is sorted by user
-key only, a key's versions coming out together in no set order, which is all
-`visible` needs: it picks the newest visible version of each run of equal keys.
-Compaction needs internal order proper, so it keeps `merge`.
+Scans use `merge_visible`: one generator that merges the sources with a heap
+and keeps, for each user key, the newest version visible at the read's
+sequence number, hiding tombstones.  Its heap compares whole entries, which
+heapq does in C, instead of calling a Python key function per version; so its
+output is sorted by user key only, a key's versions coming out together in no
+set order, and it picks the largest visible trailer of each such run.  Reverse
+scans merge the sources' reversed streams (user key descending) the same way.
+Compaction needs internal order proper, so it keeps `merge` (`heapq.merge`
+with a key function, O(log s) per version for s sources).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from heapq import _heapify_max, heapify, heapreplace
 from itertools import chain
+from typing import Any
 
+# The max-heap helpers heapq.merge(reverse=True) uses (public, without the underscore, from Python 3.14).
+from heapq import _heapreplace_max  # type: ignore[attr-defined]  # isort: skip
+
+from minilsm.errors import StoreIOError
 from minilsm.keys import KIND_VALUE
 
 Entry = tuple[bytes, int, bytes]
@@ -41,47 +46,71 @@ def merge(sources: list[Iterator[Entry]], reverse: bool = False) -> Iterator[Ent
     return heapq.merge(*sources, key=_order, reverse=reverse)
 
 
-def interleave(sources: list[Iterator[Entry]], reverse: bool = False) -> Iterator[Entry]:
-    """Merge sources sorted by user key (each ascending, or each descending with `reverse`) by user key.  Lazy.
-
-    The versions of one user key come out next to each other, in no particular
-    order: whole entries are compared, so ties on the key fall to the trailer
-    ascending, whatever order each source keeps them in.  Every heap pop still
-    yields the least (greatest) key left, since each source is sorted by key.
-    Feed the result to `visible`, never to code that needs internal order.
-    """
-    if len(sources) == 1:
-        return sources[0]
-    return heapq.merge(*sources, reverse=reverse)
-
-
 def concat(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:
     """Chain the iterators of a level's disjoint, sorted tables into one source.  Lazy; no Python frame per version."""
     return chain.from_iterable(runs)
 
 
-def visible(versions: Iterator[Entry], seq: int, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) for each user key whose newest version with sequence <= `seq` is a value.
+def merge_visible(
+    sources: list[Iterator[Entry]], seq: int, reverse: bool = False, on_end: Callable[[], None] | None = None
+) -> Generator[tuple[bytes, bytes], None, None]:
+    """(key, value) for each user key of the merged sources whose newest version with sequence <= `seq` is a value.
 
-    `versions` is sorted by user key, ascending (or descending: `reverse` only
-    documents the direction), with each key's versions next to each other in any
-    order, as `merge` and `interleave` give them.  Each key is yielded once its
-    run of versions ends.  O(1) work per version; shadowed versions and
-    tombstones are skipped, not yielded.
+    Each source yields versions in internal order (each its exact reverse
+    with `reverse`).  One generator does the heap merge and the choice of the
+    visible version, so a key costs one generator step, one heap replace (C,
+    O(log s) for s sources) and a few comparisons; a key's run of versions is
+    decided when the run ends, shadowed versions and tombstones are skipped.
+    A source is dropped from the heap once it runs dry.  An `OSError` from a
+    source becomes `StoreIOError`.  `on_end` is called once every source is
+    exhausted (not when the consumer stops early).
     """
     limit = (seq << 8) | 0xFF  # trailers above this belong to writes after the snapshot
+    # Heap items are [entry, source number, next]: entries compare as whole tuples in C.  Equal
+    # entries (a version seen both in a memtable and in the table a flush just wrote it to) fall
+    # to the source number, so `next` is never compared.
+    heap: list[Any] = []
+    try:
+        for n, source in enumerate(sources):
+            step = source.__next__
+            for entry in source:
+                heap.append([entry, n, step])
+                break
+    except OSError as e:
+        raise StoreIOError(f"a scan failed reading a table: {e}") from e
+    if reverse:
+        _heapify_max(heap)
+        replace = _heapreplace_max
+    else:
+        heapify(heap)
+        replace = heapreplace
     cur: bytes | None = None
     best = -1  # the largest trailer <= limit seen for `cur`; -1 for none
     best_value = b""
-    for key, trailer, value in versions:
+    while heap:
+        top = heap[0]
+        key, trailer, value = top[0]
         if key != cur:
             if best >= 0 and best & 0xFF == KIND_VALUE:
                 yield cur, best_value  # type: ignore[misc]  # cur is bytes whenever best >= 0
             cur, best = key, -1
         if best < trailer <= limit:
             best, best_value = trailer, value
+        try:
+            top[0] = top[2]()
+        except OSError as e:
+            raise StoreIOError(f"a scan failed reading a table: {e}") from e
+        except StopIteration:
+            # Drop the dry source: the heap's last item takes the top's place and sifts.
+            last = heap.pop()
+            if heap:
+                replace(heap, last)
+            continue
+        replace(heap, top)
     if best >= 0 and best & 0xFF == KIND_VALUE:
         yield cur, best_value  # type: ignore[misc]
+    if on_end is not None:
+        on_end()
 
 
 def prefix_bounds(prefix: bytes) -> tuple[bytes, bytes | None]:

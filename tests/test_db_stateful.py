@@ -95,6 +95,25 @@ class StoreMachine(RuleBasedStateMachine):
             expect.reverse()
         assert list(self.db.iterator(prefix=prefix, reverse=reverse)) == expect
 
+    @rule(start=st.none() | keys, n=st.integers(0, 6), reverse=st.booleans(), key=st.booleans(), value=st.booleans())
+    def seek_and_step(self, start: bytes | None, n: int, reverse: bool, key: bool, value: bool) -> None:
+        """A seek then a few steps, by `next` and by a loop over `iter()`, then `close`: the view ends there."""
+        if not (key or value):
+            return
+        pairs = sorted((k, v) for k, v in self.model.items() if start is None or k >= start)
+        if reverse:
+            pairs.reverse()
+        expect = [(k, v) if key and value else k if key else v for k, v in pairs]
+        it = self.db.iterator(start=start, reverse=reverse, include_key=key, include_value=value)
+        got = [next(it) for _ in range(min(n, len(expect)))]
+        for item in it:  # iter(it) hands out the batch-flattening iterator itself: the loop and next() share it
+            if len(got) >= 2 * n:
+                break
+            got.append(item)
+        assert got == expect[: 2 * n]
+        it.close()
+        assert next(it, None) is None and list(it) == []
+
     # -- maintenance --
     @rule()
     def flush(self) -> None:

@@ -313,15 +313,17 @@ class Block:
         data = self.data
         unpack = ENTRY_HEADER.unpack_from
         out: list[tuple[bytes, int, bytes]] = []
+        append = out.append
+        h = _HEADER_SIZE
         pos = 0
         try:
             for o in self.offsets:
                 if o != pos:
                     raise CorruptionError(f"data block: entry at {o} does not start where the previous one ends")
                 key_len, value_len, trailer = unpack(data, o)
-                o += _HEADER_SIZE
-                pos = o + key_len + value_len
-                out.append((data[o : o + key_len], trailer, data[o + key_len : pos]))
+                v = o + h + key_len  # where the value starts
+                pos = v + value_len
+                append((data[o + h : v], trailer, data[v:pos]))
         except struct.error as e:
             raise CorruptionError("data block: entry header runs past the block") from e
         if pos != self.limit:

@@ -18,13 +18,18 @@ with a key function, O(log s) per version for s sources).
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Callable, Generator, Iterable, Iterator
-from heapq import _heapify_max, heapify, heapreplace
+from heapq import heapify, heapreplace
 from itertools import chain
 from typing import Any
 
-# The max-heap helpers heapq.merge(reverse=True) uses (public, without the underscore, from Python 3.14).
-from heapq import _heapreplace_max  # type: ignore[attr-defined]  # isort: skip
+# The max-heap helpers heapq.merge(reverse=True) uses: public from Python 3.14, private before.
+if sys.version_info >= (3, 14):
+    from heapq import heapify_max, heapreplace_max
+else:
+    from heapq import _heapify_max as heapify_max
+    from heapq import _heapreplace_max as heapreplace_max  # type: ignore[attr-defined]
 
 from minilsm.errors import StoreIOError
 from minilsm.keys import KIND_VALUE
@@ -79,8 +84,8 @@ def merge_visible(
     except OSError as e:
         raise StoreIOError(f"a scan failed reading a table: {e}") from e
     if reverse:
-        _heapify_max(heap)
-        replace = _heapreplace_max
+        heapify_max(heap)
+        replace = heapreplace_max
     else:
         heapify(heap)
         replace = heapreplace

@@ -25,6 +25,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from minilsm.iterators import Entry, concat, merge
 from minilsm.keys import KIND_DELETE
@@ -55,6 +56,22 @@ class Compaction:
 
     def input_bytes(self) -> int:
         return sum(t.file_size for t in self.all_inputs)
+
+    def is_trivial_move(self) -> bool:
+        """Whether the inputs can move to `output_level` as they are, with nothing rewritten.
+
+        True when nothing in the output level overlaps them and their key ranges
+        are pairwise disjoint, so they form a valid sorted run there: one table of
+        a level >= 1 (LevelDB's trivial move), or several level-0 tables from a
+        load in key order, which would otherwise be merged and rewritten only to
+        come out the same.  Nothing is dropped by a move (no version is shadowed
+        across disjoint tables; tombstones stay until a real merge).  O(n log n)
+        in the inputs.
+        """
+        if self.overlaps or self.output_level == self.level or not self.inputs:
+            return False
+        ordered = sorted(self.inputs, key=lambda t: t.smallest)
+        return all(a.largest < b.smallest for a, b in pairwise(ordered))
 
 
 def max_bytes_for_level(options: Options, level: int) -> int:

@@ -41,7 +41,12 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
+from array import array
+from collections import deque
 from collections.abc import Iterable
+from itertools import chain, repeat
+from operator import setitem
 from typing import Final
 
 import xxhash
@@ -73,6 +78,11 @@ _BIT: Final = (1, 2, 4, 8, 16, 32, 64, 128)  # a tuple index is a little cheaper
 # The canonical XXH3-128 digest is big-endian, high half first.  Unpacking its 16
 # bytes is ~40 ns cheaper than masking and shifting the 128-bit intdigest.
 _HALVES: Final = struct.Struct(">QQ").unpack
+
+_BULK_MIN_KEYS: Final = 64
+"""Below this many keys `BloomFilter.add_hashes` adds one at a time (the lanes' setup costs more)."""
+_LANE_ONE: Final = array("I", [1]).tobytes()
+_LANES_OK: Final = array("I").itemsize == 4
 
 
 def key_hash(key: bytes) -> KeyHash:
@@ -276,32 +286,51 @@ class BloomFilter:
             bits[pos >> 3] |= _BIT[pos & 7]
 
     def add_hashes(self, hashes: Iterable[KeyHash]) -> None:
-        """`add_hash` for each of `hashes`, in one pass: how a table builder fills its filter.  O(k) per key.
+        """`add_hash` for each of `hashes`: how a table builder fills its filter.  O(k) per key.
 
-        Walks `probe_positions` inline, with no list per key and the filter's
-        fields read once, as `may_contain_hash` does: about twice as fast as
-        calling `add_hash` for every key.
+        For a table's worth of keys, the probes of all keys advance together,
+        one probe index at a time, as lanes of one Python integer: 32 bits per
+        key, so an addition or a conditional subtraction of `num_bits` is one
+        big-integer operation in C for every key at once (SWAR).  Each key's
+        positions are then set in a byte per bit with ``map(setitem, ...)``, and
+        the bytes are packed into bits eight strided slices at a time.  About
+        0.4 us per key against 0.75 us for the same walk in Python bytecode; the
+        result is bit for bit what `add_hash` gives (property-tested).  Few keys,
+        or filters too small or too large for the lanes, take `add_hash` per key.
         """
+        pairs = hashes if isinstance(hashes, list) else list(hashes)
+        n = len(pairs)
         m = self.num_bits
         k = self.k
+        # Lanes hold values below 2m, so m < 2**30 fits 32-bit lanes with the top bit free as the
+        # "at least m" flag; m > k keeps `step + i` below 2m, so one subtraction reduces it.
+        if n < _BULK_MIN_KEYS or not k < m < 1 << 30 or not _LANES_OK:
+            for h in pairs:
+                self.add_hash(h)
+            return
+        order = sys.byteorder
+        lanes = array("I", [h % m for h in chain.from_iterable(pairs)])  # h1 % m, h2 % m, h1 % m, ...
+        pos = int.from_bytes(lanes[0::2].tobytes(), order)
+        step = int.from_bytes(lanes[1::2].tobytes(), order)
+        ones = int.from_bytes(_LANE_ONE * n, order)
+        flags = ones << 31
+        bias = ones * ((1 << 31) - m)  # lane + bias sets the lane's top bit exactly when lane >= m
+        width = 4 * n
+        parts = [pos.to_bytes(width, order)]
+        for i in range(1, k):  # the walk of `probe_positions`, every lane at once
+            pos += step
+            pos -= (((pos + bias) & flags) >> 31) * m
+            step += ones * i
+            step -= (((step + bias) & flags) >> 31) * m
+            parts.append(pos.to_bytes(width, order))
         bits = self._bits
-        steps = range(1, k)
-        n = 0
-        for h1, h2 in hashes:
-            n += 1
-            if not m:
-                continue
-            pos = h1 % m
-            step = h2 % m
-            bits[pos >> 3] |= _BIT[pos & 7]
-            for i in steps:
-                pos += step
-                if pos >= m:
-                    pos -= m
-                step += i
-                if step >= m:
-                    step %= m
-                bits[pos >> 3] |= _BIT[pos & 7]
+        bytemap = bytearray(8 * len(bits))
+        deque(map(setitem, repeat(bytemap), array("I", b"".join(parts)), repeat(1)), 0)
+        # Byte 8j+b of the byte map is bit b of byte j: pack with eight strided slices.
+        packed = int.from_bytes(bits, "little")
+        for b in range(8):
+            packed |= int.from_bytes(bytemap[b::8], "little") << b
+        bits[:] = packed.to_bytes(len(bits), "little")
         self.num_keys += n
 
     # -- querying ---------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from minilsm.iterators import Entry, concat, merge
 from minilsm.keys import KIND_DELETE
@@ -55,6 +56,22 @@ class Compaction:
 
     def input_bytes(self) -> int:
         return sum(t.file_size for t in self.all_inputs)
+
+    def is_trivial_move(self) -> bool:
+        """Whether the inputs can move to `output_level` as they are, with nothing rewritten.
+
+        True when nothing in the output level overlaps them and their key ranges
+        are pairwise disjoint, so they form a valid sorted run there: one table of
+        a level >= 1 (LevelDB's trivial move), or several level-0 tables from a
+        load in key order, which would otherwise be merged and rewritten only to
+        come out the same.  Nothing is dropped by a move (no version is shadowed
+        across disjoint tables; tombstones stay until a real merge).  O(n log n)
+        in the inputs.
+        """
+        if self.overlaps or self.output_level == self.level or not self.inputs:
+            return False
+        ordered = sorted(self.inputs, key=lambda t: t.smallest)
+        return all(a.largest < b.smallest for a, b in pairwise(ordered))
 
 
 def max_bytes_for_level(options: Options, level: int) -> int:
@@ -122,14 +139,20 @@ def _pick_tiered(version: Version, options: Options) -> Compaction | None:
         if j - i >= options.tiered_min_threshold:
             window = list(runs[i:j])
             return Compaction(
-                0, 0, window, [], f"{len(window)} runs of similar size", split_output=False,
+                0,
+                0,
+                window,
+                [],
+                f"{len(window)} runs of similar size",
+                split_output=False,
                 drops_all_tombstones=(j == n and version.bottom_level_with_data() == 0),
             )
     return None
 
 
-def manual_compaction(version: Version, smallest: bytes | None, largest: bytes | None,
-                      options: Options) -> Compaction | None:
+def manual_compaction(
+    version: Version, smallest: bytes | None, largest: bytes | None, options: Options
+) -> Compaction | None:
     """The next step of `compact_range`: push the data in [smallest, largest] down one level.
 
     Leveled: called until it returns None; each step empties the range out of the
@@ -185,34 +208,50 @@ def drop_dead(
     so each stripe keeps its newest version and the rest are shadowed.  A
     tombstone left as the oldest kept version of its key is dropped too, when
     `can_drop_tombstone(key)` says nothing older can exist below.  O(1) per
-    version without snapshots, O(log snapshots) with.
+    version without snapshots, O(log snapshots) with; a version is passed on as
+    soon as it is known to stay, so the usual key, with one version, costs a
+    few comparisons and no list.
     """
     cur: bytes | None = None
-    kept: list[Entry] = []
     last_stripe = -1
-    for entry in versions:
-        key = entry[0]
-        stripe = bisect_left(snapshots, entry[1] >> 8) if snapshots else 0
-        if key != cur:
-            if kept:
-                yield from _settle(kept, can_drop_tombstone, stats)
-            kept = [entry]
-            cur, last_stripe = key, stripe
-        elif stripe == last_stripe:
-            stats.entries_dropped_shadowed += 1
-        else:
-            kept.append(entry)
-            last_stripe = stripe
-    if kept:
-        yield from _settle(kept, can_drop_tombstone, stats)
-
-
-def _settle(kept: list[Entry], can_drop_tombstone: Callable[[bytes], bool], stats: Stats) -> list[Entry]:
-    # Tombstones with nothing older beneath them hide nothing: drop from the oldest up.
-    while kept and kept[-1][1] & 0xFF == KIND_DELETE and can_drop_tombstone(kept[-1][0]):
-        kept.pop()
-        stats.tombstones_dropped += 1
-    return kept
+    # The kept tombstones of `cur` since its last kept value: passed on only if a value follows, or
+    # if `can_drop_tombstone(cur)` says no; the versions are otherwise yielded as they come.
+    tombstones: list[Entry] = []
+    shadowed = dropped = 0
+    try:
+        for entry in versions:
+            key = entry[0]
+            stripe = bisect_left(snapshots, entry[1] >> 8) if snapshots else 0
+            if key != cur:
+                if tombstones:
+                    if can_drop_tombstone(cur):  # type: ignore[arg-type]  # cur is a key once tombstones is non-empty
+                        dropped += len(tombstones)
+                    else:
+                        yield from tombstones
+                    tombstones.clear()
+                cur, last_stripe = key, stripe
+            elif stripe == last_stripe:
+                shadowed += 1
+                continue
+            else:
+                last_stripe = stripe
+            if entry[1] & 0xFF == KIND_DELETE:
+                tombstones.append(entry)
+            else:
+                if tombstones:
+                    yield from tombstones
+                    tombstones.clear()
+                yield entry
+        if tombstones:
+            if can_drop_tombstone(cur):  # type: ignore[arg-type]
+                dropped += len(tombstones)
+            else:
+                yield from tombstones
+            tombstones.clear()
+    finally:
+        # Counted when the stream ends or is abandoned: exactly what was consumed.
+        stats.entries_dropped_shadowed += shadowed
+        stats.tombstones_dropped += dropped
 
 
 def write_tables(
@@ -253,9 +292,12 @@ def compaction_entries(c: Compaction, version: Version, snapshots: Sequence[int]
     if c.overlaps:
         sources.append(concat(t.iter() for t in c.overlaps))
     if c.drops_all_tombstones:
+
         def can_drop(key: bytes) -> bool:
             return True
     else:
+
         def can_drop(key: bytes) -> bool:
             return c.output_level > 0 and not version.key_may_exist_below(c.output_level, key)
+
     return drop_dead(merge(sources), snapshots, can_drop, stats)

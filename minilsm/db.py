@@ -707,10 +707,13 @@ class DB:
         """Merge the compaction's inputs into new tables and install them (mutex held)."""
         opts = self.options
         version = self._version
-        if not manual and c.level > 0 and len(c.inputs) == 1 and not c.overlaps:
-            # A trivial move, as LevelDB's: nothing to merge with, so just relabel the level.
-            t = c.inputs[0]
-            self._install_version(version.apply([t.number], [(c.output_level, t)], opts.max_levels))
+        if not manual and c.is_trivial_move():
+            # Nothing to merge with, so just relabel the level (LevelDB's trivial move, extended
+            # to disjoint level-0 tables: a sequential load then writes each byte once, not twice).
+            moved = c.inputs
+            self._install_version(
+                version.apply([t.number for t in moved], [(c.output_level, t) for t in moved], opts.max_levels)
+            )
         else:
             snapshots = sorted(self._snapshots.values())
             numbers: list[int] = []

@@ -15,7 +15,7 @@ from collections import deque
 
 import pytest
 import xxhash
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from minilsm.bloom import (
@@ -136,6 +136,26 @@ def test_add_hashes_is_add_hash_for_each(hashes: list[KeyHash], m: int, k: int) 
         one.add_hash(h)
     bulk.add_hashes(iter(hashes))
     assert bulk == one and bulk.num_keys == one.num_keys == len(hashes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    before=st.lists(st.tuples(u64s, u64s), max_size=10),
+    hashes=st.lists(st.tuples(u64s, u64s), min_size=60, max_size=150),
+    m=st.one_of(st.integers(1, 40), st.integers(41, 5000), st.just(1 << 16)),
+    k=st.integers(1, MAX_K),
+)
+def test_add_hashes_in_lanes_is_add_hash_for_each(before: list[KeyHash], hashes: list[KeyHash], m: int, k: int) -> None:
+    # Enough keys for the lane-parallel fill (and filters below its limit on m), added on top of bits
+    # already set: the same bits and the same count as add_hash, one key at a time.
+    one, bulk = BloomFilter(m, k), BloomFilter(m, k)
+    for h in before:
+        one.add_hash(h)
+        bulk.add_hash(h)
+    for h in hashes:
+        one.add_hash(h)
+    bulk.add_hashes(iter(hashes))
+    assert bulk == one and bulk.num_keys == one.num_keys == len(before) + len(hashes)
 
 
 # -- no false negatives ----------------------------------------------------------

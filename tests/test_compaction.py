@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from storeutil import check_invariants, small_options
+from storeutil import check_invariants, fast_tmp_dir, small_options
 
 import minilsm
-from minilsm.compaction import drop_dead, max_bytes_for_level
+from minilsm.compaction import drop_dead, max_bytes_for_level, write_tables
+from minilsm.fs import FileSystem
 from minilsm.keys import KIND_DELETE, KIND_VALUE, pack_trailer
+from minilsm.sstable import TableBuilder, table_file_name
 from minilsm.stats import Stats
 
 
@@ -262,3 +266,50 @@ def test_a_load_in_key_order_moves_tables_down_without_rewriting_them(db_path: s
         assert sum(len(level) for level in db.version.levels[1:]) > 0
         assert all(db.get(b"k%05d" % i) == b"v" * 50 for i in range(3000))
         assert [k for k, _ in db.iterator()] == [b"k%05d" % i for i in range(3000)]
+
+
+@settings(max_examples=50)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(0, 300)), min_size=1, max_size=40),
+    st.sampled_from([1, 100, 1000]),
+    st.sampled_from([None, 1, 200, 1500]),
+)
+def test_write_tables_cuts_where_the_size_is_first_reached_between_keys(
+    shape: list[tuple[int, int]], block_size: int, target: int | None
+) -> None:
+    """The tables `write_tables` makes are the ones adding version by version and cutting before the first
+    version of a new key once `estimated_size()` reaches the target would make, byte for byte."""
+    entries = [
+        (b"%04d" % n, pack_trailer(1000 - v, KIND_VALUE), b"v" * size)
+        for n, (versions, size) in enumerate(shape)
+        for v in range(versions)
+    ]
+    with fast_tmp_dir() as d, mock.patch("minilsm.sstable.builder.time.time", return_value=1e9):
+        fs = FileSystem()
+        numbers = itertools.count(1)
+        metas = write_tables(iter(entries), lambda: TableBuilder(fs, d, next(numbers), block_size=block_size), target)
+        got: list[bytes] = []
+        for m in metas:
+            with open(os.path.join(d, table_file_name(m.number)), "rb") as f:
+                got.append(f.read())
+        expected: list[bytes] = []
+        b: TableBuilder | None = None
+        last = b""
+        for key, t, value in entries:
+            if b is not None and target is not None and key != last and b.estimated_size() >= target:
+                expected.append(finish_and_read(b))
+                b = None
+            if b is None:
+                b = TableBuilder(fs, d, next(numbers), block_size=block_size)
+            b.add(key, t, value)
+            last = key
+        assert b is not None
+        expected.append(finish_and_read(b))
+    assert got == expected
+    assert all(a.largest < b.smallest for a, b in itertools.pairwise(metas))  # no key straddles two tables
+
+
+def finish_and_read(b: TableBuilder) -> bytes:
+    b.finish()
+    with open(b.path, "rb") as f:
+        return f.read()

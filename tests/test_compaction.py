@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from unittest import mock
 
 import pytest
@@ -16,8 +17,10 @@ from hypothesis import strategies as st
 from storeutil import check_invariants, fast_tmp_dir, small_options
 
 import minilsm
+import minilsm.compaction
 from minilsm.compaction import drop_dead, max_bytes_for_level, write_tables
 from minilsm.fs import FileSystem
+from minilsm.iterators import Entry, merge
 from minilsm.keys import KIND_DELETE, KIND_VALUE, pack_trailer
 from minilsm.sstable import TableBuilder, table_file_name
 from minilsm.stats import Stats
@@ -266,6 +269,51 @@ def test_a_load_in_key_order_moves_tables_down_without_rewriting_them(db_path: s
         assert sum(len(level) for level in db.version.levels[1:]) > 0
         assert all(db.get(b"k%05d" % i) == b"v" * 50 for i in range(3000))
         assert [k for k, _ in db.iterator()] == [b"k%05d" % i for i in range(3000)]
+
+
+@pytest.mark.parametrize("style", ["leveled", "tiered"])
+def test_every_compaction_merges_sources_that_obey_the_age_rule(
+    db_path: str, style: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`merge` breaks user-key ties by source age, so its output is internal order only if, for a key, a
+    newer source's versions are all newer than an older source's: check the output of every compaction of
+    a history with level 0, snapshots holding many versions per key, deletes and manual compactions."""
+    merges: list[int] = []
+
+    def checked_merge(sources: list[Iterator[Entry]]) -> Iterator[Entry]:
+        prev: tuple[bytes, int] | None = None
+        for entry in merge(sources):
+            here = (entry[0], -entry[1])
+            assert prev is None or prev < here, f"{entry!r} after {prev!r}: not internal order"
+            prev = here
+            yield entry
+        merges.append(len(sources))
+
+    monkeypatch.setattr(minilsm.compaction, "merge", checked_merge)
+    rng = random.Random(11)
+    model: dict[bytes, bytes] = {}
+    with minilsm.DB(db_path, **small_options(compaction_style=style)) as db:
+        snapshots: list[tuple[minilsm.Snapshot, dict[bytes, bytes]]] = []
+        for i in range(2500):
+            k = b"%03d" % rng.randrange(150)  # few keys: many versions of each
+            if rng.random() < 0.2:
+                db.delete(k)
+                model.pop(k, None)
+            else:
+                db.put(k, b"%d" % i)
+                model[k] = b"%d" % i
+            if rng.random() < 0.01:
+                snapshots.append((db.snapshot(), dict(model)))
+            if snapshots and rng.random() < 0.005:
+                snapshots.pop(0)[0].close()
+            if rng.random() < 0.002:
+                db.compact_range(b"%03d" % rng.randrange(150), None)
+        db.compact_range()
+        assert list(db.iterator()) == sorted(model.items())
+        for snap, seen in snapshots:
+            assert list(snap.iterator()) == sorted(seen.items())
+            snap.close()
+    assert sum(n > 1 for n in merges) >= 5  # merges of several sources were checked
 
 
 @settings(max_examples=50)

@@ -262,21 +262,20 @@ def write_tables(
     """Write `entries` into tables, starting a new one past `target_file_size` (None: one table).
 
     A split falls only between user keys, so every version of a key lands in one
-    table and the tables of a level never share a key.
+    table and the tables of a level never share a key.  The per-version work is
+    `TableBuilder.add_run`'s loop.
     """
     outputs: list[TableMeta] = []
     builder: TableBuilder | None = None
-    last: bytes | None = None
+    it = iter(entries)
     try:
-        for key, trailer, value in entries:
-            if builder is None:
-                builder = new_builder()
-            elif target_file_size is not None and key != last and builder.estimated_size() >= target_file_size:
-                outputs.append(builder.finish())
-                builder = new_builder()
-            builder.add(key, trailer, value)
-            last = key
-        if builder is not None:
+        # A table's first version goes in unconditionally; `add_run` then fills it up to the first
+        # new user key past the target and hands that version back to start the next table.
+        pending = next(it, None)
+        while pending is not None:
+            builder = new_builder()
+            builder.add(*pending)
+            pending = builder.add_run(it, target_file_size)
             outputs.append(builder.finish())
             builder = None
     finally:
@@ -288,6 +287,7 @@ def write_tables(
 def compaction_entries(c: Compaction, version: Version, snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:
     """The merged, cleaned stream a compaction writes."""
     # Level-0 tables (and tiered runs) overlap, so each is its own source; a deeper level is one run.
+    # Sources go newest first (level 0 is listed so), the order `merge` needs.
     sources = [t.iter() for t in c.inputs] if c.level == 0 else [concat(t.iter() for t in c.inputs)]
     if c.overlaps:
         sources.append(concat(t.iter() for t in c.overlaps))

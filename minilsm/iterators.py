@@ -12,7 +12,8 @@ output is sorted by user key only, a key's versions coming out together in no
 set order, and it picks the largest visible trailer of each such run.  Reverse
 scans merge the sources' reversed streams (user key descending) the same way.
 Compaction needs internal order proper, so it keeps `merge` (`heapq.merge`
-with a key function, O(log s) per version for s sources).
+keyed on the user key, with sources newest first; O(log s) per version for s
+sources).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from collections.abc import Callable, Generator, Iterable, Iterator
 from heapq import heapify, heapreplace
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 # The max-heap helpers heapq.merge(reverse=True) uses: public from Python 3.14, private before.
@@ -38,17 +40,28 @@ Entry = tuple[bytes, int, bytes]
 """One version: (user_key, trailer, value)."""
 
 
-def _order(e: Entry) -> tuple[bytes, int]:
-    # Internal order is (user key, -trailer) ascending; a reversed source is the same key
-    # descending, which is what heapq.merge(reverse=True) expects of each input.
-    return e[0], -e[1]
+def merge(sources: list[Iterator[Entry]]) -> Iterator[Entry]:
+    """Merge sources, each in internal order and given newest first, into internal order.  Lazy.
 
-
-def merge(sources: list[Iterator[Entry]], reverse: bool = False) -> Iterator[Entry]:
-    """Merge sources that are each in internal order (or each its exact reverse).  Lazy."""
+    The heap compares user keys only (`itemgetter(0)`, a C call: no tuple built
+    and no trailer negated per version), and heapq.merge breaks ties by source
+    position, so for a user key present in several sources it yields all the
+    first source's versions, then all the second's, and so on.  That is
+    internal order because of the rule `Version.get` also relies on: for
+    a user key, every version in a newer source has a larger sequence number
+    than every version in an older one.  It holds for every compaction's
+    sources, snapshots or not: level-0 tables (and tiered runs) hold disjoint
+    sequence ranges and are listed newest first; level 1 gets level-0 data
+    only by a compaction (or move) of every level-0 table then present, so a
+    table still in level 0 holds newer versions than level 1 does; and a
+    key's versions move down together (tables are cut only between user
+    keys), so each level holds an older range of them than the level above.
+    (tests/test_compaction.py checks the output of every compaction of a
+    history with snapshots.)  O(log s) per version for s sources.
+    """
     if len(sources) == 1:
         return sources[0]
-    return heapq.merge(*sources, key=_order, reverse=reverse)
+    return heapq.merge(*sources, key=itemgetter(0))
 
 
 def concat(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from storeutil import check_invariants, small_options
+from storeutil import check_invariants, fast_tmp_dir, small_options
 
 import minilsm
-from minilsm.compaction import drop_dead, max_bytes_for_level
+import minilsm.compaction
+from minilsm.compaction import drop_dead, max_bytes_for_level, write_tables
+from minilsm.fs import FileSystem
+from minilsm.iterators import Entry, merge
 from minilsm.keys import KIND_DELETE, KIND_VALUE, pack_trailer
+from minilsm.sstable import TableBuilder, table_file_name
 from minilsm.stats import Stats
 
 
@@ -262,3 +269,95 @@ def test_a_load_in_key_order_moves_tables_down_without_rewriting_them(db_path: s
         assert sum(len(level) for level in db.version.levels[1:]) > 0
         assert all(db.get(b"k%05d" % i) == b"v" * 50 for i in range(3000))
         assert [k for k, _ in db.iterator()] == [b"k%05d" % i for i in range(3000)]
+
+
+@pytest.mark.parametrize("style", ["leveled", "tiered"])
+def test_every_compaction_merges_sources_that_obey_the_age_rule(
+    db_path: str, style: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`merge` breaks user-key ties by source age, so its output is internal order only if, for a key, a
+    newer source's versions are all newer than an older source's: check the output of every compaction of
+    a history with level 0, snapshots holding many versions per key, deletes and manual compactions."""
+    merges: list[int] = []
+
+    def checked_merge(sources: list[Iterator[Entry]]) -> Iterator[Entry]:
+        prev: tuple[bytes, int] | None = None
+        for entry in merge(sources):
+            here = (entry[0], -entry[1])
+            assert prev is None or prev < here, f"{entry!r} after {prev!r}: not internal order"
+            prev = here
+            yield entry
+        merges.append(len(sources))
+
+    monkeypatch.setattr(minilsm.compaction, "merge", checked_merge)
+    rng = random.Random(11)
+    model: dict[bytes, bytes] = {}
+    with minilsm.DB(db_path, **small_options(compaction_style=style)) as db:
+        snapshots: list[tuple[minilsm.Snapshot, dict[bytes, bytes]]] = []
+        for i in range(2500):
+            k = b"%03d" % rng.randrange(150)  # few keys: many versions of each
+            if rng.random() < 0.2:
+                db.delete(k)
+                model.pop(k, None)
+            else:
+                db.put(k, b"%d" % i)
+                model[k] = b"%d" % i
+            if rng.random() < 0.01:
+                snapshots.append((db.snapshot(), dict(model)))
+            if snapshots and rng.random() < 0.005:
+                snapshots.pop(0)[0].close()
+            if rng.random() < 0.002:
+                db.compact_range(b"%03d" % rng.randrange(150), None)
+        db.compact_range()
+        assert list(db.iterator()) == sorted(model.items())
+        for snap, seen in snapshots:
+            assert list(snap.iterator()) == sorted(seen.items())
+            snap.close()
+    assert sum(n > 1 for n in merges) >= 5  # merges of several sources were checked
+
+
+@settings(max_examples=50)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(0, 300)), min_size=1, max_size=40),
+    st.sampled_from([1, 100, 1000]),
+    st.sampled_from([None, 1, 200, 1500]),
+)
+def test_write_tables_cuts_where_the_size_is_first_reached_between_keys(
+    shape: list[tuple[int, int]], block_size: int, target: int | None
+) -> None:
+    """The tables `write_tables` makes are the ones adding version by version and cutting before the first
+    version of a new key once `estimated_size()` reaches the target would make, byte for byte."""
+    entries = [
+        (b"%04d" % n, pack_trailer(1000 - v, KIND_VALUE), b"v" * size)
+        for n, (versions, size) in enumerate(shape)
+        for v in range(versions)
+    ]
+    with fast_tmp_dir() as d, mock.patch("minilsm.sstable.builder.time.time", return_value=1e9):
+        fs = FileSystem()
+        numbers = itertools.count(1)
+        metas = write_tables(iter(entries), lambda: TableBuilder(fs, d, next(numbers), block_size=block_size), target)
+        got: list[bytes] = []
+        for m in metas:
+            with open(os.path.join(d, table_file_name(m.number)), "rb") as f:
+                got.append(f.read())
+        expected: list[bytes] = []
+        b: TableBuilder | None = None
+        last = b""
+        for key, t, value in entries:
+            if b is not None and target is not None and key != last and b.estimated_size() >= target:
+                expected.append(finish_and_read(b))
+                b = None
+            if b is None:
+                b = TableBuilder(fs, d, next(numbers), block_size=block_size)
+            b.add(key, t, value)
+            last = key
+        assert b is not None
+        expected.append(finish_and_read(b))
+    assert got == expected
+    assert all(a.largest < b.smallest for a, b in itertools.pairwise(metas))  # no key straddles two tables
+
+
+def finish_and_read(b: TableBuilder) -> bytes:
+    b.finish()
+    with open(b.path, "rb") as f:
+        return f.read()

@@ -6,14 +6,14 @@ tombstones and versions above the snapshot fall anywhere in a key's run.
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, pairwise
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
 from minilsm.errors import StoreIOError
-from minilsm.iterators import Entry, merge_visible, prefix_bounds
+from minilsm.iterators import Entry, merge, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE
 
 _KEYS = st.sampled_from([b"", b"a", b"ab", b"b", b"ba", b"c", b"d", b"\xff"])
@@ -98,3 +98,28 @@ def test_prefix_bounds() -> None:
     assert prefix_bounds(b"ab") == (b"ab", b"ac")
     assert prefix_bounds(b"a\xff") == (b"a\xff", b"b")
     assert prefix_bounds(b"\xff\xff") == (b"\xff\xff", None)
+
+
+@st.composite
+def aged_sources(draw: st.DrawFn) -> list[list[Entry]]:
+    """Sources newest first, obeying the rule compaction's inputs obey: for a user key, every version in a
+    newer source has a larger sequence number than every version in an older one.  Many versions per key
+    (snapshots), keys in one source only or in all of them, the empty key."""
+    nsources = draw(st.integers(1, 4))
+    sources: list[list[Entry]] = [[] for _ in range(nsources)]
+    for key in sorted(draw(st.lists(st.binary(max_size=3), max_size=25, unique=True))):
+        seqs = sorted(draw(st.lists(st.integers(0, 50), min_size=1, max_size=8, unique=True)), reverse=True)
+        # Split the key's versions, newest first, into one contiguous slice per source (some empty).
+        cuts = sorted(draw(st.lists(st.integers(0, len(seqs)), min_size=nsources - 1, max_size=nsources - 1)))
+        for n, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(seqs)], strict=True)):
+            for seq in seqs[lo:hi]:
+                kind = draw(st.sampled_from([KIND_VALUE, KIND_DELETE]))
+                sources[n].append((key, seq << 8 | kind, b"%d" % seq))
+    return sources
+
+
+@given(aged_sources())
+def test_merge_yields_internal_order(sources: list[list[Entry]]) -> None:
+    merged = list(merge([iter(s) for s in sources]))
+    assert merged == sorted(chain.from_iterable(sources), key=lambda e: (e[0], -e[1]))
+    assert all((a[0], -a[1]) < (b[0], -b[1]) for a, b in pairwise(merged))  # strictly increasing

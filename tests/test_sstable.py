@@ -6,6 +6,8 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterator
+from itertools import chain
+from unittest import mock
 
 import pytest
 import xxhash
@@ -173,6 +175,102 @@ def test_not_visible_at_end_of_table_reads_no_block(tmp: str) -> None:
 
 
 # -- building -----------------------------------------------------------------------
+
+
+def build_by_add(dirname: str, entries: list[Entry], stop_size: int | None, **kwargs: float) -> list[bytes]:
+    """The tables `add` and `estimated_size` make, cut as compaction always has: before the first version
+    of a new user key once the table has reached `stop_size`."""
+    files: list[bytes] = []
+    b: TableBuilder | None = None
+    last: bytes | None = None
+    for key, t, value in entries:
+        if b is not None and stop_size is not None and key != last and b.estimated_size() >= stop_size:
+            files.append(read_finished(b))
+            b = None
+        if b is None:
+            b = TableBuilder(FS, dirname, len(files) + 1, **kwargs)  # type: ignore[arg-type]
+        b.add(key, t, value)
+        last = key
+    assert b is not None
+    files.append(read_finished(b))
+    return files
+
+
+def build_by_add_run(dirname: str, entries: list[Entry], stop_size: int | None, **kwargs: float) -> list[bytes]:
+    files: list[bytes] = []
+    pending: Entry | None = entries[0]
+    it = iter(entries[1:])
+    while pending is not None:
+        b = TableBuilder(FS, dirname, 100 + len(files), **kwargs)  # type: ignore[arg-type]
+        # Each table's first version goes in through `add_run` itself, which never stops an empty table.
+        pending = b.add_run(chain([pending], it), stop_size)
+        files.append(read_finished(b))
+    return files
+
+
+def read_finished(b: TableBuilder) -> bytes:
+    b.finish()
+    with open(b.path, "rb") as f:
+        return f.read()
+
+
+@settings(max_examples=60)
+@given(
+    tables(),
+    st.sampled_from([1, 64, 200, 4096]),
+    st.sampled_from([None, 1, 150, 600, 3000]),
+    st.sampled_from([0.0, 10.0]),
+)
+def test_add_run_writes_the_tables_add_writes(
+    entries: list[Entry], block_size: int, stop_size: int | None, bits_per_key: float
+) -> None:
+    """Byte for byte, cut points included: tiny blocks and tables, a key's many versions, empty keys and values."""
+    with tempfile.TemporaryDirectory() as d, mock.patch("minilsm.sstable.builder.time.time", return_value=1e9):
+        expected = build_by_add(d, entries, stop_size, block_size=block_size, bits_per_key=bits_per_key)
+        got = build_by_add_run(d, entries, stop_size, block_size=block_size, bits_per_key=bits_per_key)
+    assert got == expected
+    if stop_size is None:
+        assert len(got) == 1
+
+
+def test_add_run_stops_only_between_user_keys(tmp: str) -> None:
+    b = TableBuilder(FS, tmp, 1, block_size=64)
+    versions = [(b"a", trailer(s), b"x" * 50) for s in range(9, 0, -1)] + [(b"b", trailer(20), b"y")]
+    rest = iter(versions)
+    assert b.add_run(rest, stop_size=1) == (b"b", trailer(20), b"y")  # all of a's versions, however large
+    assert b.num_entries == 9 and next(rest, None) is None
+    assert b.add_run(iter([(b"b", trailer(20), b"y")])) is None  # no stop size: never stops
+    assert b.finish().largest == b"b"
+
+
+def test_add_run_rejects_like_add_and_keeps_what_came_before(tmp: str) -> None:
+    class Huge(bytes):
+        def __len__(self) -> int:
+            return 1 << 32  # a value too long for the entry header, without allocating 4 GiB
+
+    b = TableBuilder(FS, tmp, 1)
+    b.add(b"b", trailer(5), b"")
+    runs = [
+        [(b"c", trailer(9), b"1"), (b"a", trailer(9), b"")],  # key out of order
+        [(b"c", trailer(8), b"2"), (b"c", trailer(8), b"")],  # the same version twice
+        [(b"d", trailer(9), b"3"), (b"e", trailer(9) | 0x7F, b"")],  # unknown kind
+        [(b"d", trailer(8), b"4"), (b"e", -255, b"")],  # negative trailer of a known kind
+        [(b"d", trailer(7), b"5"), (b"e", 1 << 64 | KIND_VALUE, b"")],  # trailer past 64 bits
+        [(b"d", trailer(6), b"6"), (b"e", trailer(1), Huge())],  # value past 4 GiB
+    ]
+    for n, run in enumerate(runs, start=2):
+        with pytest.raises(ValueError):
+            b.add_run(iter(run))
+        assert b.num_entries == n  # the good version before the bad one went in, the bad one did not
+    b.add(b"d", trailer(5, KIND_DELETE), b"")  # still usable, from where it was
+    b.add_run([(b"e", trailer(1), b"7")])
+    meta = b.finish()
+    assert (meta.num_entries, meta.num_deletions, meta.min_seq, meta.max_seq) == (9, 1, 1, 9)
+    got = list(open_table(tmp).iter())
+    assert [(k, t >> 8, v) for k, t, v in got] == [
+        (b"b", 5, b""), (b"c", 9, b"1"), (b"c", 8, b"2"), (b"d", 9, b"3"), (b"d", 8, b"4"),
+        (b"d", 7, b"5"), (b"d", 6, b"6"), (b"d", 5, b""), (b"e", 1, b"7"),
+    ]  # fmt: skip
 
 
 def test_out_of_order_add_raises_value_error(tmp: str) -> None:

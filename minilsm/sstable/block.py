@@ -107,8 +107,11 @@ class BlockBuilder:
     def add(self, key: bytes, trailer: int, value: bytes, h: KeyHash) -> int:
         """Append one version of `key`, whose `key_hash` is `h`; returns `size()` after it.
 
-        The caller keeps internal order.  O(len(key) + len(value)) amortized.
+        The caller keeps internal order.  Raises `struct.error`, with the builder unchanged, when a
+        length does not fit in 32 bits or the trailer in 64 (`TableBuilder` relies on this check
+        rather than repeating it per version).  O(len(key) + len(value)) amortized.
         """
+        header = ENTRY_HEADER.pack(len(key), len(value), trailer)
         buf = self._buf
         offsets = self._offsets
         n = len(offsets)
@@ -119,7 +122,7 @@ class BlockBuilder:
             # The index exists while every key's first version is within a byte's reach.
             self._index_size = self._index_sizes[len(firsts)] if n <= MAX_HASHED_ENTRY else _FOOTER_SIZE
         offsets.append(len(buf))
-        buf += ENTRY_HEADER.pack(len(key), len(value), trailer)
+        buf += header
         buf += key
         buf += value
         return len(buf) + 4 * n + 4 + self._index_size

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import time
+from collections.abc import Iterable
 
 from minilsm.bloom import BloomFilter, KeyHash, key_hash
 from minilsm.fs import FileSystem
@@ -41,13 +43,20 @@ __all__ = ["TableBuilder", "TableMeta"]  # TableMeta is what `finish` returns
 
 _MAX_TRAILER = (1 << 64) - 1
 _MAX_LENGTH = (1 << 32) - 1
+_NO_STOP = 1 << 63  # a stop size no table reaches
+_NO_HASH: KeyHash = (0, 0)  # stands for the hash of the previous key before there is one
+
+
+def _bad_trailer(trailer: int) -> str:
+    return f"trailer {trailer} is not seq << 8 | kind with a known kind"
 
 
 class TableBuilder:
     """Builds table `number` in `dirname`.  Creating one creates ``NNNNNN.sst.tmp``; end with `finish` or `abandon`.
 
-    `add` is O(len(key) + len(value)) amortized plus one key hash per new user
-    key; a block is written to the (buffered) file each time one fills.
+    `add` and `add_run` cost O(len(key) + len(value)) amortized per version plus
+    one key hash per new user key; a block is written to the (buffered) file each
+    time one fills.  Flushes and compactions feed whole streams to `add_run`.
     """
 
     __slots__ = (
@@ -113,47 +122,106 @@ class TableBuilder:
     def add(self, user_key: bytes, trailer: int, value: bytes) -> None:
         """Append a version; raises ValueError unless it sorts strictly after the previous one.
 
-        Internal order is user key ascending, then trailer descending.
+        Internal order is user key ascending, then trailer descending.  A
+        one-version `add_run`, so the two share every check.
+        """
+        self.add_run(((user_key, trailer, value),))
+
+    def add_run(
+        self, entries: Iterable[tuple[bytes, int, bytes]], stop_size: int | None = None
+    ) -> tuple[bytes, int, bytes] | None:
+        """Append the versions ``(user_key, trailer, value)`` of `entries`, each checked as `add` checks it.
+
+        Returns None once `entries` runs out.  With `stop_size`, stops instead
+        at the first version of a new user key found when `estimated_size()`
+        has reached `stop_size`, and returns that version, taken from
+        `entries` but not added: a table cut there ends between user keys, so
+        a key's versions never straddle two tables.  A builder without entries
+        never stops.  A rejected version raises ValueError and leaves the
+        builder as it was after the version before it.
+
+        The loop keeps the builder's state in local variables: per version, a
+        few comparisons, `BlockBuilder.add`, and one `key_hash` per user key.
+        O(len(key) + len(value)) amortized per version.
         """
         if self._done:
             raise ValueError(f"table builder for {self.path} is already finished or abandoned")
-        kind = trailer & 0xFF
-        if not 0 <= trailer <= _MAX_TRAILER or kind not in (KIND_VALUE, KIND_DELETE):
-            raise ValueError(f"trailer {trailer} is not seq << 8 | kind with a known kind")
-        if len(user_key) > _MAX_LENGTH or len(value) > _MAX_LENGTH:
-            raise ValueError("key and value must each be shorter than 4 GiB")
+        block = self._block
+        block_add = block.add
+        hashes = self._hashes
+        block_size = self._block_size
+        stop = _NO_STOP if stop_size is None else stop_size
+        # The stop rule is estimated_size() >= stop, kept as size >= room: `size` is the block's, as
+        # `block_add` returns it, and `room` changes only when a block is written.
+        size = block.size()
+        room = stop - self._offset
         last = self._last_key
-        if last is None:
-            self._smallest = user_key
-            self._hashes.append(key_hash(user_key))
-        elif user_key != last:
-            if user_key < last:
-                raise ValueError(f"key {user_key!r} added after {last!r}: keys must be added in ascending order")
-            self._hashes.append(key_hash(user_key))
-        elif trailer >= self._last_trailer:
-            raise ValueError(
-                f"versions of {user_key!r} must be added newest first: trailer {trailer} after {self._last_trailer}"
-            )
-        seq = trailer >> 8
-        if seq < self._min_seq:
-            self._min_seq = seq
-        if seq > self._max_seq:
-            self._max_seq = seq
-        if kind == KIND_DELETE:
-            self._num_deletions += 1
-        self._num_entries += 1
-        self._last_key = user_key
-        self._last_trailer = trailer
-        # One hash per user key serves both the filter and the blocks' hash indexes.
-        if self._block.add(user_key, trailer, value, self._hashes[-1]) >= self._block_size:
-            self._flush_block()
+        last_trailer = self._last_trailer
+        h = hashes[-1] if hashes else _NO_HASH  # the hash of `last`, for its versions still to come
+        min_seq = self._min_seq
+        max_seq = self._max_seq
+        deletions = self._num_deletions
+        count = self._num_entries
+        try:
+            for key, trailer, value in entries:
+                kind = trailer & 0xFF
+                if kind > KIND_VALUE:  # KIND_DELETE is 0, KIND_VALUE 1
+                    raise ValueError(_bad_trailer(trailer))
+                # Every check runs before the version changes anything (but `_smallest`, which counts only
+                # once a version is in); `block_add` itself rejects lengths and trailers too large to
+                # encode (struct.error, below) before it changes the block.
+                if key != last:
+                    if last is None:
+                        self._smallest = key
+                    elif key < last:
+                        raise ValueError(f"key {key!r} added after {last!r}: keys must be added in ascending order")
+                    elif size >= room:
+                        return key, trailer, value
+                    # One hash per user key serves both the filter and the blocks' hash indexes.
+                    h = key_hash(key)
+                    size = block_add(key, trailer, value, h)
+                    hashes.append(h)
+                    last = key
+                elif trailer >= last_trailer:
+                    raise ValueError(
+                        f"versions of {key!r} must be added newest first: trailer {trailer} after {last_trailer}"
+                    )
+                else:
+                    size = block_add(key, trailer, value, h)
+                last_trailer = trailer
+                seq = trailer >> 8
+                if seq < min_seq:
+                    min_seq = seq
+                if seq > max_seq:
+                    max_seq = seq
+                if kind == KIND_DELETE:
+                    deletions += 1
+                count += 1
+                if size >= block_size:
+                    self._flush_block(key, trailer)
+                    size = block.size()
+                    room = stop - self._offset
+        except struct.error as e:
+            # From `block_add` on a length or trailer out of range; anything else is not ours to relabel.
+            if len(key) > _MAX_LENGTH or len(value) > _MAX_LENGTH:
+                raise ValueError("key and value must each be shorter than 4 GiB") from None
+            if not 0 <= trailer <= _MAX_TRAILER:
+                raise ValueError(_bad_trailer(trailer)) from None
+            raise e
+        finally:
+            self._last_key = last
+            self._last_trailer = last_trailer
+            self._min_seq = min_seq
+            self._max_seq = max_seq
+            self._num_deletions = deletions
+            self._num_entries = count
+        return None
 
-    def _flush_block(self) -> None:
+    def _flush_block(self, last_key: bytes, last_trailer: int) -> None:
         handle = self._write(self._block.finish(), BLOCK_DATA)
-        assert self._last_key is not None
         index = self._index
-        index.last_keys.append(self._last_key)
-        index.last_trailers.append(self._last_trailer)
+        index.last_keys.append(last_key)
+        index.last_trailers.append(last_trailer)
         index.offsets.append(handle.offset)
         index.sizes.append(handle.size)
 
@@ -176,7 +244,8 @@ class TableBuilder:
             raise ValueError("a table needs at least one entry; abandon() an empty builder")
         try:
             if self._block.count:
-                self._flush_block()
+                assert self._last_key is not None
+                self._flush_block(self._last_key, self._last_trailer)
             data_size = self._offset
             bloom = BloomFilter.for_keys(len(self._hashes), self._bits_per_key)
             bloom.add_hashes(self._hashes)

@@ -25,6 +25,7 @@ import os
 import random
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -447,8 +448,21 @@ def test_background_failures_turn_the_store_read_only_and_lose_nothing(
             fs.arm(kind, n)
             run = drive(path, fs, ops, background=True)
             if fs.faults:
-                assert run.errors or (run.db is not None and run.db._bg_error is not None)
+                assert run.errors or background_error_recorded(run.db)
             crash_and_check(path, fs, ops, run, f"background {kind} #{n} torn={torn}")
+
+
+def background_error_recorded(db: minilsm.DB | None, timeout: float = 10.0) -> bool:
+    """Whether the background thread has recorded a failure, waiting up to `timeout` for it.
+
+    The fault is counted when FaultFS raises it, inside the background thread,
+    a moment before that thread takes the mutex and records it: checking at
+    once would race with it.
+    """
+    deadline = time.monotonic() + timeout
+    while db is not None and db._bg_error is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return db is not None and db._bg_error is not None
 
 
 # -- regressions: one test per bug the sweeps found ------------------------------------------

@@ -21,6 +21,10 @@ installed) doing the real operation on the same keys in the same run:
 * scan: a generator yielding (key, value) tuples from a list that is already
   decoded and merged.
 
+Each skeleton is written out inline, the same few lines again where two
+operations share a step, because a helper call is itself a cost that a floor
+must not add.
+
 ``floor / LevelDB`` is then the largest fraction of LevelDB's rate a pure-Python
 store could reach on this machine; where it is below an aim, no pure-Python
 design meets that aim here.  Run: ``python -m bench.floor [--num N] [--json PATH]``.

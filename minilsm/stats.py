@@ -61,7 +61,7 @@ class Stats:
     @property
     def tables_considered(self) -> int:
         """Tables point reads considered: `tables_skipped_by_range` + `filter_checks`."""
-        return self.tables_skipped_by_range + self.filter_negatives + self.filter_positives
+        return self.tables_skipped_by_range + self.filter_checks
 
     def reset(self) -> None:
         for f in fields(self):

@@ -275,8 +275,9 @@ class DB:
     def __enter__(self) -> DB:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -318,8 +319,9 @@ class DB:
         if ops:
             self._write(ops, sync)
 
-    def _write(self, ops: tuple[tuple[int, bytes, bytes], ...] | list[tuple[int, bytes, bytes]],
-               sync: bool | None) -> None:
+    def _write(
+        self, ops: tuple[tuple[int, bytes, bytes], ...] | list[tuple[int, bytes, bytes]], sync: bool | None
+    ) -> None:
         with self._mutex:
             opts = self.options
             # One test for the usual case (open, no failure, room in the memtable); else the slow path.
@@ -367,8 +369,9 @@ class DB:
         if self._closed or self._closing:
             raise ClosedError(f"{self.path}: the store is closed")
         if self._bg_error is not None:
-            raise ReadOnlyError(f"{self.path}: the store is read-only after an I/O failure: {self._bg_error}") \
-                from self._bg_error
+            raise ReadOnlyError(
+                f"{self.path}: the store is read-only after an I/O failure: {self._bg_error}"
+            ) from self._bg_error
 
     def _make_room(self) -> None:
         """Before a write: freeze a full memtable, waiting if the previous one is not flushed yet."""
@@ -381,8 +384,10 @@ class DB:
                 # The previous memtable is still being flushed: writes wait here (LevelDB's stall).
                 self._wait_for_background()
                 continue
-            if (len(self._version.levels[0]) >= opts.level0_stop_writes_trigger
-                    and compaction.pick_compaction(self._version, opts, self._compact_pointers) is not None):
+            if (
+                len(self._version.levels[0]) >= opts.level0_stop_writes_trigger
+                and compaction.pick_compaction(self._version, opts, self._compact_pointers) is not None
+            ):
                 self._wait_for_background()
                 continue
             self._freeze_memtable()
@@ -446,8 +451,9 @@ class DB:
                 found = imm.get(key, seq)
                 where = "immutable memtable"
         if trace is not None:
-            trace.append({"source": "memtable", "outcome": "miss" if found is None else _outcome(found[0]),
-                          "where": where})
+            trace.append(
+                {"source": "memtable", "outcome": "miss" if found is None else _outcome(found[0]), "where": where}
+            )
         if found is None:
             try:
                 found = self._version.get(key, key_hash(key), seq, trace)
@@ -462,8 +468,16 @@ class DB:
         stats.not_found += 1
         return default
 
-    def iterator(self, start: bytes | None = None, stop: bytes | None = None, *, prefix: bytes | None = None,
-                 reverse: bool = False, include_key: bool = True, include_value: bool = True) -> DBIterator:
+    def iterator(
+        self,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        include_key: bool = True,
+        include_value: bool = True,
+    ) -> DBIterator:
         """Iterate over keys in [start, stop) (or those beginning with `prefix`) in order.
 
         The view is fixed when the iterator is made: later writes, flushes and
@@ -472,8 +486,16 @@ class DB:
         """
         return self._iterator(self._last_seq, start, stop, prefix, reverse, include_key, include_value)
 
-    def _iterator(self, seq: int, start: bytes | None, stop: bytes | None, prefix: bytes | None, reverse: bool,
-                  include_key: bool, include_value: bool) -> DBIterator:
+    def _iterator(
+        self,
+        seq: int,
+        start: bytes | None,
+        stop: bytes | None,
+        prefix: bytes | None,
+        reverse: bool,
+        include_key: bool,
+        include_value: bool,
+    ) -> DBIterator:
         if self._closed:
             raise ClosedError(f"{self.path}: the store is closed")
         start = None if start is None else check_key(start)
@@ -734,8 +756,7 @@ class DB:
             finally:
                 self._pending_outputs.difference_update(numbers)
             removed = [t.number for t in c.all_inputs]
-            self._install_version(self._version.apply(removed, [(c.output_level, r) for r in readers],
-                                                      opts.max_levels))
+            self._install_version(self._version.apply(removed, [(c.output_level, r) for r in readers], opts.max_levels))
             self._stats.compaction_bytes_read += c.input_bytes()
             self._stats.compaction_bytes_written += sum(m.file_size for m in metas)
         if c.level > 0 and c.inputs:
@@ -762,12 +783,14 @@ class DB:
         return f"{self.path}/{log_file_name(number)}"
 
     def _new_builder(self, number: int) -> TableBuilder:
-        return TableBuilder(self._fs, self.path, number, block_size=self.options.block_size,
-                            bits_per_key=self.options.bits_per_key)
+        return TableBuilder(
+            self._fs, self.path, number, block_size=self.options.block_size, bits_per_key=self.options.bits_per_key
+        )
 
     def _open_table(self, number: int) -> TableReader:
-        return TableReader.open(self._fs, self.path, number, self._stats, block_cache=self._block_cache,
-                                file_cache=self._file_cache)
+        return TableReader.open(
+            self._fs, self.path, number, self._stats, block_cache=self._block_cache, file_cache=self._file_cache
+        )
 
     def _install_version(self, version: Version) -> None:
         old: Version | None = getattr(self, "_version", None)  # None while recovery installs the first
@@ -777,13 +800,17 @@ class DB:
         self._version = version
 
     def _write_manifest(self) -> None:
-        write_manifest(self._fs, self.path, ManifestState(
-            next_file_number=self._next_file,
-            last_sequence=self._last_seq,
-            log_number=self._log_floor(),
-            levels=self._version.metas(),
-            compact_pointers=list(self._compact_pointers),
-        ))
+        write_manifest(
+            self._fs,
+            self.path,
+            ManifestState(
+                next_file_number=self._next_file,
+                last_sequence=self._last_seq,
+                log_number=self._log_floor(),
+                levels=self._version.metas(),
+                compact_pointers=list(self._compact_pointers),
+            ),
+        )
 
     def _log_floor(self) -> int:
         """The oldest log still holding writes that no table has: replay starts here."""
@@ -942,8 +969,9 @@ class DBIterator:
 
     __slots__ = ("_gen", "_it", "_pin")
 
-    def __init__(self, pairs: Generator[tuple[bytes, bytes], None, None], pin: _Pin, include_key: bool,
-                 include_value: bool) -> None:
+    def __init__(
+        self, pairs: Generator[tuple[bytes, bytes], None, None], pin: _Pin, include_key: bool, include_value: bool
+    ) -> None:
         self._pin = pin
         self._gen = pairs
         if include_key and include_value:
@@ -1021,8 +1049,16 @@ class Snapshot:
         self._check()
         return self._db._get(check_key(key), self.sequence, default, None)
 
-    def iterator(self, start: bytes | None = None, stop: bytes | None = None, *, prefix: bytes | None = None,
-                 reverse: bool = False, include_key: bool = True, include_value: bool = True) -> DBIterator:
+    def iterator(
+        self,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        include_key: bool = True,
+        include_value: bool = True,
+    ) -> DBIterator:
         self._check()
         return self._db._iterator(self.sequence, start, stop, prefix, reverse, include_key, include_value)
 

@@ -131,9 +131,7 @@ class Version:
                 return True
         return False
 
-    def apply(
-        self, removed: Iterable[int], added: Iterable[tuple[int, TableReader]], max_levels: int
-    ) -> Version:
+    def apply(self, removed: Iterable[int], added: Iterable[tuple[int, TableReader]], max_levels: int) -> Version:
         """A new Version without the tables numbered in `removed` and with `added` (level, table) pairs."""
         gone = set(removed)
         levels = [[t for t in level if t.number not in gone] for level in self.levels]

@@ -50,9 +50,16 @@ def check_invariants(db: DB, sweep_first: bool = False) -> None:
 def small_options(**kw: object) -> dict[str, object]:
     """Options that make a few hundred writes flush and compact many times."""
     opts: dict[str, object] = dict(
-        memtable_size=2048, block_size=256, target_file_size=2048, level1_max_bytes=8192,
-        level_size_multiplier=2, level0_compaction_trigger=2, level0_stop_writes_trigger=6, max_levels=4,
-        background=False, block_cache_size=4096,
+        memtable_size=2048,
+        block_size=256,
+        target_file_size=2048,
+        level1_max_bytes=8192,
+        level_size_multiplier=2,
+        level0_compaction_trigger=2,
+        level0_stop_writes_trigger=6,
+        max_levels=4,
+        background=False,
+        block_cache_size=4096,
     )
     opts.update(kw)
     return opts

@@ -208,8 +208,14 @@ def test_closed_store_raises_clear_errors(db_path: str) -> None:
     db.put(b"k", b"v")
     db.close()
     db.close()  # idempotent
-    for call in (lambda: db.get(b"k"), lambda: db.put(b"k", b"v"), lambda: db.delete(b"k"),
-                 lambda: db.iterator(), lambda: db.snapshot(), lambda: db.flush()):
+    for call in (
+        lambda: db.get(b"k"),
+        lambda: db.put(b"k", b"v"),
+        lambda: db.delete(b"k"),
+        lambda: db.iterator(),
+        lambda: db.snapshot(),
+        lambda: db.flush(),
+    ):
         with pytest.raises(minilsm.ClosedError):
             call()
     with minilsm.DB(db_path) as db2:
@@ -222,8 +228,13 @@ def test_second_open_is_refused_in_process_and_across_processes(db_path: str) ->
         with pytest.raises(minilsm.LockError):
             minilsm.DB(db_path)
         code = f"import minilsm\ntry:\n    minilsm.DB({db_path!r})\nexcept minilsm.LockError:\n    print('locked')\n"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
         assert out.stdout.strip() == "locked", out.stderr
         assert db.get(b"k") == b"v"
 
@@ -336,8 +347,9 @@ def test_kill_9_loses_no_acknowledged_sync_write(db_path: str) -> None:
             print(i, flush=True)
             i += 1
     """)
-    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}
+    )
     acked = -1
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -11,7 +11,8 @@ installed) doing the real operation on the same keys in the same run:
   a dict entry.  No ordering, no flush, no compaction (a real store must also
   write each entry into a table at least once: the "table entry" row prices
   that step, and the load row adds it ``--write-amp`` times, 1 by default: a
-  flush and no compaction.  minilsm measured 1.9 at 200k keys, 5.5 at 1M).
+  flush and no compaction; minilsm measured 1.96 at 200k keys and 5.66 at
+  1M in fillrandom, bench/RESULTS.md).
 * missing read: check the key, miss a dict, hash the key once, and test one
   filter bit in each of `--tables` tables (an absent key needs about two tests
   per table on average; one is charged).

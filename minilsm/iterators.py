@@ -47,13 +47,17 @@ from minilsm.keys import KIND_DELETE, KIND_VALUE
 Entry = tuple[bytes, int, bytes]
 """One version: (user_key, trailer, value)."""
 
-_SHORT_SCAN: Final = 256
-"""Keys a scan yields a version at a time before it moves to rounds, which read ahead: a seek followed by a
-few steps decodes only the versions it yields."""
+_SHORT_SCAN: Final = 4096
+"""Keys a scan yields a version at a time before it moves to rounds.  Moving costs about 0.1 ms (versions
+decoded ahead, and the first, small rounds), which the rounds win back only over a few thousand keys; and
+until then a seek followed by a few steps decodes only the versions it yields."""
 
+_FIRST_ROUND: Final = 16
 _ROUND: Final = 256
-"""Unread versions each source holds decoded before a round: a round costs O(sources) Python steps, which this
-amortizes (a round then merges about this many versions), and reads at most this far ahead."""
+"""Versions a source reads on by when a round needs more of it: a round costs O(sources) Python steps,
+which this amortizes (a round then merges about this many versions of its densest source).  A source's
+first top-up asks for `_FIRST_ROUND` versions and each next one for twice as many, up to `_ROUND`, so a
+scan that stops soon after moving to rounds has read ahead little."""
 
 _ABOVE_TRAILERS: Final = 1 << 64
 """Larger than any trailer: ``(key, _ABOVE_TRAILERS)`` sorts after every version of `key`."""
@@ -196,11 +200,13 @@ def _rounds(
     `starts` holds, per source, the version it has handed over but the merge
     has not used, the source, and whether it is known to hold only values at
     or below `limit`.  Each source keeps its unread versions as one list in
-    internal order (ascending, whichever the direction), topped up to at least
-    `_ROUND` versions of two keys or more before every round.  The
-    round's bound is the smallest last key among the sources that have more to
-    come (the largest first key, in reverse): no later chunk can hold a version
-    of a key before it.  Every source gives up its versions of the keys before
+    internal order (ascending, whichever the direction); before every round,
+    a source whose unread versions are all of one key (or none) reads on by
+    `_ROUND` more (fewer in its first rounds).  The round's
+    bound is the smallest last key among the sources that have more to come
+    (the largest first key, in reverse): what a source yields later sorts after
+    what it has yielded, so no version of a key before the bound is still to
+    come.  Every source gives up its versions of the keys before
     the bound (one bisection and one slice each); the pieces are concatenated
     and sorted (C timsort merging sorted runs; whole tuples, so a key's versions
     come oldest first).  If every trailer is at most `limit` and none is a
@@ -211,19 +217,23 @@ def _rounds(
     per-version rule.  O(1) C work per version, O(s log n) Python per round
     for s sources.
     """
-    # Per source: [versions, lo, hi, source or None once it has run dry, known clean]; versions[lo:hi] are unread.
-    live: list[list[Any]] = [[[v], 0, 1, s, c] for v, s, c in starts]
+    # Per source: [versions, lo, hi, source or None once it has run dry, known clean, versions to hold];
+    # versions[lo:hi] are unread.
+    live: list[list[Any]] = [[[v], 0, 1, s, c, _FIRST_ROUND] for v, s, c in starts]
     while live:
         bound: bytes | None = None
         for s in live:
             versions, lo, hi, source = s[0], s[1], s[2], s[3]
-            # Top up; a source whose unread versions are all of one key must read on, or no round ends.
-            while source is not None and (hi - lo < _ROUND or versions[lo][0] == versions[hi - 1][0]):
+            # Read on only when the unread versions are all of one key (or none): the last round's bound
+            # was this source's last key.  Sources the bound did not reach keep what they hold.
+            while source is not None and (hi == lo or versions[lo][0] == versions[hi - 1][0]):
+                want = s[5]
+                s[5] = min(2 * want, _ROUND)
                 try:
-                    more = list(islice(source, _ROUND))
+                    more = list(islice(source, want))
                 except OSError as e:
                     raise StoreIOError(f"a scan failed reading a table: {e}") from e
-                if len(more) < _ROUND:
+                if len(more) < want:
                     source = s[3] = None
                 if reverse:  # the lists stay in internal order; a reverse scan takes from their ends
                     more.reverse()

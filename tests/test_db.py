@@ -136,9 +136,9 @@ def test_iterator_sees_a_fixed_view(db: minilsm.DB) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize(("short_scan", "round_size"), [(5, 3), (iterators._SHORT_SCAN, iterators._ROUND)])
+@pytest.mark.parametrize(("short_scan", "first_round"), [(5, 3), (100, iterators._FIRST_ROUND)])
 def test_long_scans_over_overlapping_sources_match_a_model(
-    db_path: str, seed: int, short_scan: int, round_size: int
+    db_path: str, seed: int, short_scan: int, first_round: int
 ) -> None:
     # Many small blocks, several level-0 tables, deeper levels and the memtable, with
     # overwrites, tombstones and snapshots: long scans go to the merge's rounds (counted below).
@@ -169,7 +169,7 @@ def test_long_scans_over_overlapping_sources_match_a_model(
             db.put(key, b"newest")  # after every snapshot: versions in the memtable that all of them hide
         with (
             mock.patch.object(iterators, "_SHORT_SCAN", short_scan),
-            mock.patch.object(iterators, "_ROUND", round_size),
+            mock.patch.object(iterators, "_FIRST_ROUND", first_round),
         ):
             for snap, expect in views:
                 items = sorted(expect.items())

@@ -9,6 +9,8 @@ bounds, top-ups and both kinds of round occur).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import chain, pairwise
 from unittest import mock
 
@@ -109,6 +111,17 @@ def test_merge_visible_turns_a_read_error_into_store_io_error() -> None:
             list(merged)
 
 
+@contextmanager
+def rounds_of(short_scan: int, round_size: int) -> Iterator[None]:
+    """merge_visible moving to rounds after `short_scan` keys, each source reading on by `round_size` versions."""
+    with (
+        mock.patch.object(iterators, "_SHORT_SCAN", short_scan),
+        mock.patch.object(iterators, "_FIRST_ROUND", round_size),
+        mock.patch.object(iterators, "_ROUND", round_size),
+    ):
+        yield
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.data(), stores(st.one_of(_KEYS, _MORE_KEYS), 80), st.booleans(), st.integers(1, 4), st.integers(1, 6))
 def test_merge_visible_in_rounds_matches_the_model(
@@ -122,7 +135,7 @@ def test_merge_visible_in_rounds_matches_the_model(
     limit = (seq << 8) | 0xFF
     known = [all(t <= limit and t & 0xFF == KIND_VALUE for _, t, _ in s) and data.draw(st.booleans()) for s in sources]
     ended = []
-    with mock.patch.object(iterators, "_SHORT_SCAN", short_scan), mock.patch.object(iterators, "_ROUND", round_size):
+    with rounds_of(short_scan, round_size):
         got = list(merge_visible(feeds, seq, reverse, lambda: ended.append(True), lambda: known))
     expect = model(sources, seq)
     assert got == (expect[::-1] if reverse else expect)
@@ -138,7 +151,7 @@ def test_rounds_take_clean_and_unclean_rounds() -> None:
     expect = [(b"a", b"a2"), (b"b", b"b3"), (b"d", b"d1")] + [(k, k + b"1") for k in (b"f", b"g", b"h", b"i", b"j")]
     for reverse in (False, True):
         feeds = [iter(s[::-1] if reverse else s) for s in (a, b)]
-        with mock.patch.object(iterators, "_SHORT_SCAN", 1), mock.patch.object(iterators, "_ROUND", 2):
+        with rounds_of(1, 2):
             got = list(merge_visible(feeds, 8, reverse))
         assert got == (expect[::-1] if reverse else expect)
 

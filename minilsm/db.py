@@ -32,7 +32,7 @@ import re
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from types import TracebackType
@@ -510,12 +510,7 @@ class DB:
         sources: list[Iterator[Entry]] = [
             m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
         ]
-        # Per source, the tables it reads (None for a memtable, which later writes may reach).
-        held: list[Sequence[TableReader] | None] = [None] * len(sources)
-        for t in version.levels[0]:
-            if _meets(t, start, stop):
-                sources.append(t.iter(start, stop, reverse))
-                held.append((t,))
+        sources += [t.iter(start, stop, reverse) for t in version.levels[0] if _meets(t, start, stop)]
         for tables in version.levels[1:]:
             # Disjoint and sorted by key: the tables meeting the range are a slice, found by bisection
             # (O(log tables), where a test of each table would cost O(tables) per seek in a big level).
@@ -523,15 +518,10 @@ class DB:
             hi = len(tables) if stop is None else bisect_left(tables, stop, key=_SMALLEST)
             if lo < hi:
                 # One source, each table opened when the scan reaches it.
-                run = tables[lo:hi]
-                sources.append(concat(t.iter(start, stop, reverse) for t in (reversed(run) if reverse else run)))
-                held.append(run)
-
-        def clean() -> list[bool]:  # asked once, when a scan gets long: O(tables read)
-            return [ts is not None and all(_only_values_at(t, seq) for t in ts) for ts in held]
-
+                ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
+                sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
         pin = _Pin(version, self._released_superseded_version)
-        pairs = merge_visible(sources, seq, reverse, pin.release, clean)
+        pairs = merge_visible(sources, seq, reverse, pin.release)
         return DBIterator(pairs, pin, include_key, include_value)
 
     def _released_superseded_version(self) -> None:
@@ -928,11 +918,6 @@ class DB:
 
 def _outcome(kind: int) -> str:
     return "found" if kind == KIND_VALUE else "tombstone"
-
-
-def _only_values_at(t: TableReader, seq: int) -> bool:
-    """Whether table `t` holds no tombstone and no version newer than sequence `seq` (its properties say)."""
-    return t.props.num_deletions == 0 and t.props.max_seq <= seq
 
 
 _LARGEST: Final = attrgetter("largest")

@@ -2,39 +2,27 @@
 
 Equal keys sit in several sources with their versions in any mix, and
 tombstones and versions above the snapshot fall anywhere in a key's run.
-Scans short enough for the version-at-a-time merge, and long ones that move
-to rounds after a few keys (here with rounds of a few versions, so that many
-bounds, top-ups and both kinds of round occur).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import chain, pairwise
-from unittest import mock
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from minilsm import iterators
 from minilsm.errors import StoreIOError
-from minilsm.iterators import _SHORT_SCAN, Entry, merge, merge_visible, prefix_bounds
+from minilsm.iterators import Entry, merge, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE
 
 _KEYS = st.sampled_from([b"", b"a", b"ab", b"b", b"ba", b"c", b"d", b"\xff"])
 
 
-_MORE_KEYS = st.binary(max_size=2)
-
-
 @st.composite
-def stores(
-    draw: st.DrawFn, keys: st.SearchStrategy[bytes] = _KEYS, max_writes: int = 40
-) -> tuple[list[list[Entry]], int]:
+def stores(draw: st.DrawFn) -> tuple[list[list[Entry]], int]:
     """Sources (each a list of versions in internal order) and a snapshot sequence number."""
-    writes = draw(st.lists(st.tuples(keys, st.integers(0, 4).map(bool)), max_size=max_writes))  # mostly values
+    writes = draw(st.lists(st.tuples(_KEYS, st.integers(0, 4).map(bool)), max_size=40))  # mostly values
     num_sources = draw(st.integers(1, 5))
     sources: list[list[Entry]] = [[] for _ in range(num_sources)]
     for seq, (key, is_value) in enumerate(writes, start=1):
@@ -99,61 +87,11 @@ def test_merge_visible_turns_a_read_error_into_store_io_error() -> None:
         def boom() -> list[Entry]:
             raise OSError(5, "Input/output error")
 
-        return chain([(b"a", 1 << 8 | 1, b"1"), (b"b", 2 << 8 | 1, b"2")], chain.from_iterable(iter(boom, None)))
+        return chain([(b"a", 1 << 8 | 1, b"1")], chain.from_iterable(iter(boom, None)))
 
-    # Failing in the version-at-a-time merge, and in rounds (after the first key).
-    for short_scan in (_SHORT_SCAN, 1):
-        merged = merge_visible([failing()], 9)
-        with (
-            pytest.raises(StoreIOError, match="a scan failed reading a table"),
-            mock.patch.object(iterators, "_SHORT_SCAN", short_scan),
-        ):
-            list(merged)
-
-
-@contextmanager
-def rounds_of(short_scan: int, round_size: int) -> Iterator[None]:
-    """merge_visible moving to rounds after `short_scan` keys, each source reading on by `round_size` versions."""
-    with (
-        mock.patch.object(iterators, "_SHORT_SCAN", short_scan),
-        mock.patch.object(iterators, "_FIRST_ROUND", round_size),
-        mock.patch.object(iterators, "_ROUND", round_size),
-    ):
-        yield
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.data(), stores(st.one_of(_KEYS, _MORE_KEYS), 80), st.booleans(), st.integers(1, 4), st.integers(1, 6))
-def test_merge_visible_in_rounds_matches_the_model(
-    data: st.DataObject, store: tuple[list[list[Entry]], int], reverse: bool, short_scan: int, round_size: int
-) -> None:
-    sources, seq = store
-    # A version seen in two sources (a flush racing the iterator): the first source's versions again.
-    sources = [*sources, list(sources[0])] if data.draw(st.booleans()) else sources
-    feeds = [iter(s[::-1] if reverse else s) for s in sources]
-    # Sources that hold only values at or below the snapshot may be declared clean (as tables' properties say).
-    limit = (seq << 8) | 0xFF
-    known = [all(t <= limit and t & 0xFF == KIND_VALUE for _, t, _ in s) and data.draw(st.booleans()) for s in sources]
-    ended = []
-    with rounds_of(short_scan, round_size):
-        got = list(merge_visible(feeds, seq, reverse, lambda: ended.append(True), lambda: known))
-    expect = model(sources, seq)
-    assert got == (expect[::-1] if reverse else expect)
-    assert ended == [True]
-
-
-def test_rounds_take_clean_and_unclean_rounds() -> None:
-    # Rounds of a few keys: a clean one (a key in two sources), one with a tombstone, one with a
-    # version above the snapshot, then one source alone, clean.
-    a = [(b"a", 2 << 8 | 1, b"a2"), (b"b", 3 << 8 | 1, b"b3"), (b"c", 4 << 8 | 0, b""), (b"e", 9 << 8 | 1, b"e9")]
-    b = [(b"a", 1 << 8 | 1, b"a1"), (b"c", 1 << 8 | 1, b"c1"), (b"d", 1 << 8 | 1, b"d1"), (b"f", 1 << 8 | 1, b"f1")]
-    b += [(k, 1 << 8 | 1, k + b"1") for k in (b"g", b"h", b"i", b"j")]
-    expect = [(b"a", b"a2"), (b"b", b"b3"), (b"d", b"d1")] + [(k, k + b"1") for k in (b"f", b"g", b"h", b"i", b"j")]
-    for reverse in (False, True):
-        feeds = [iter(s[::-1] if reverse else s) for s in (a, b)]
-        with rounds_of(1, 2):
-            got = list(merge_visible(feeds, 8, reverse))
-        assert got == (expect[::-1] if reverse else expect)
+    merged = merge_visible([failing()], 9)
+    with pytest.raises(StoreIOError, match="a scan failed reading a table"):
+        list(merged)
 
 
 def test_prefix_bounds() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -129,6 +130,44 @@ def test_iterator_sees_a_fixed_view(db: minilsm.DB) -> None:
     assert len(rest) == 199
     assert all(v != b"changed" for _, v in rest)
     assert db.get(b"k00001") == b"changed"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_scans_over_overlapping_sources_match_a_model(db_path: str, seed: int) -> None:
+    # Many small blocks, several level-0 tables, deeper levels and the memtable, with overwrites,
+    # tombstones and snapshots: every scan of every snapshot against the model of its time.
+    rng = random.Random(seed)
+    opts = small_options(level0_compaction_trigger=4, level0_stop_writes_trigger=8, memtable_size=4096)
+    with minilsm.DB(db_path, **opts) as db:
+        model: dict[bytes, bytes | None] = {}
+        views: list[tuple[minilsm.Snapshot, dict[bytes, bytes]]] = []
+        keys = [b"k%04d" % rng.randrange(700) for _ in range(3000)]
+        for i, key in enumerate(keys):
+            value = None if rng.random() < 0.15 else b"v%d" % i  # None: a delete
+            if value is None:
+                db.delete(key)
+            else:
+                db.put(key, value)
+            model[key] = value
+            if i % 700 == 350:
+                views.append((db.snapshot(), {k: v for k, v in model.items() if v is not None}))
+        views.append((db.snapshot(), {k: v for k, v in model.items() if v is not None}))
+        for key in (b"k0001", b"k0350", b"k0699"):
+            db.put(key, b"newest")  # after every snapshot: versions in the memtable that all of them hide
+        for snap, expect in views:
+            items = sorted(expect.items())
+            assert list(snap.iterator()) == items
+            assert list(snap.iterator(reverse=True)) == items[::-1]
+            lo, hi = sorted(b"k%04d" % rng.randrange(700) for _ in range(2))
+            inside = [(k, v) for k, v in items if lo <= k < hi]
+            assert list(snap.iterator(start=lo, stop=hi)) == inside
+            assert list(snap.iterator(start=lo, stop=hi, reverse=True)) == inside[::-1]
+            assert list(snap.iterator(prefix=b"k03", include_value=False)) == [k for k, _ in items if k[:3] == b"k03"]
+            it = snap.iterator(start=lo)
+            first = [p for p in items if p[0] >= lo][:100]
+            assert [next(it) for _ in first] == first  # partial consumption, then close
+            it.close()
+            snap.close()
 
 
 def test_closing_an_iterator_deletes_the_tables_only_it_held(db_path: str) -> None:

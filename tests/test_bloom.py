@@ -27,7 +27,6 @@ from minilsm.bloom import (
     expected_fpr,
     k_for_bits_per_key,
     key_hash,
-    key_hashes,
     optimal_params,
     params_for_fpr,
     params_for_keys,
@@ -114,12 +113,6 @@ def test_key_hash_is_the_two_halves_of_xxh3_128(key: bytes) -> None:
     digest = xxhash.xxh3_128_intdigest(key)
     assert (h1, h2) == (digest & U64, digest >> 64)  # low half, high half
     assert 0 <= h1 <= U64 and 0 <= h2 <= U64
-
-
-@given(st.lists(st.binary(max_size=40), max_size=20))
-def test_key_hashes_is_key_hash_of_each_key(keys: list[bytes]) -> None:
-    assert key_hashes(keys) == [key_hash(k) for k in keys]
-    assert key_hashes(iter(keys)) == [key_hash(k) for k in keys]
 
 
 @given(data=st.data(), h1=u64s, h2=u64s, m=st.integers(1, 200), k=st.integers(1, MAX_K))

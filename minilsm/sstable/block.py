@@ -32,10 +32,7 @@ import math
 import struct
 import sys
 from array import array
-from bisect import bisect_left
 from collections.abc import Iterator
-from itertools import accumulate, compress, repeat
-from operator import add, sub
 from typing import Final
 
 from minilsm.bloom import KeyHash
@@ -49,7 +46,6 @@ BLOCK_FOOTER: Final = struct.Struct("<HI")
 _FOOTER_SIZE: Final = BLOCK_FOOTER.size
 _U32: Final = struct.Struct("<I")
 _U64: Final = struct.Struct("<Q")
-_NO_LIMIT: Final = 1 << 63  # a block size no block reaches
 
 HASH_EMPTY: Final = 0xFF
 """Bucket value: no key of the block hashes here, so the key sought is not in the block."""
@@ -77,58 +73,16 @@ def num_buckets(distinct: int, util_ratio: float = HASH_UTIL_RATIO) -> int:
     return math.ceil(distinct / util_ratio)
 
 
-MAX_ENTRY_GROWTH: Final = _HEADER_SIZE + 4 + num_buckets(1)
-"""The most one version adds to the size of a block (hash ratio `HASH_UTIL_RATIO`) beyond its key and value
-bytes: its header, its offset and, for a new key, the buckets a key adds (a ceiling grows by at most
-the ceiling of the step)."""
+def hash_index(firsts: list[tuple[int, int]], buckets: int) -> bytes:
+    """The `buckets` bucket bytes for keys given as ``(key_hash(key)[1], index of the key's first version)``.
 
-
-def hash_index(hashes: list[int], firsts: list[int], buckets: int) -> bytes:
-    """The `buckets` bucket bytes for the keys whose bucket hashes (``key_hash(key)[1]``) are `hashes`
-    and whose first versions are entries `firsts` of the block.  O(len(hashes) + buckets).
+    O(len(firsts) + buckets).
     """
     out = bytearray((HASH_EMPTY,)) * buckets
-    for h, i in zip(hashes, firsts, strict=True):
+    for h, i in firsts:
         b = h % buckets
         out[b] = i if out[b] == HASH_EMPTY else HASH_COLLISION
     return bytes(out)
-
-
-class EntryRun:
-    """Versions in internal order, encoded a column at a time, for `BlockBuilder.fill` to cut into blocks.
-
-    ``keys[i]`` and ``trailers[i]`` are version i's; ``entries[i]`` is its
-    encoded entry, starting at ``starts[i]`` were the entries back to back, and
-    ``footprint[i]`` counts the bytes versions ``0 .. i-1`` take in a block,
-    offsets included.  ``new[i]`` says whether version i is the first of its
-    user key (given by the caller, who knows the key before the run);
-    ``distinct[i]`` counts the new keys among versions ``0 .. i-1``, so
-    version i's key has bucket hash ``hashes[distinct[i + 1]]``: `hashes`
-    holds one ``key_hash(key)[1]`` per new key, after ``hashes[0]`` for the key
-    the run continues (any value when there is none).
-
-    Every column is one pass of C code (`map`, `accumulate`, `bytes.join`),
-    with no Python bytecode per version.  Raises `struct.error`, having kept
-    nothing, when a length or trailer does not fit the entry header.
-    O(total bytes).
-    """
-
-    __slots__ = ("distinct", "entries", "footprint", "hashes", "keys", "new", "starts", "trailers")
-
-    def __init__(
-        self, keys: list[bytes], trailers: list[int], values: list[bytes], new: list[bool], hashes: list[int]
-    ) -> None:
-        headers = map(ENTRY_HEADER.pack, map(len, keys), map(len, values), trailers)
-        # One bytes object per entry: joining those later is twice as fast as joining headers, keys and
-        # values as separate parts (measured: 0.17 against 0.33 us per version with the offsets below).
-        self.entries = list(map(b"".join, zip(headers, keys, values, strict=True)))
-        self.starts = list(accumulate(map(len, self.entries), initial=0))
-        self.footprint = list(map(add, self.starts, range(0, 4 * len(self.starts), 4)))
-        self.keys = keys
-        self.trailers = trailers
-        self.new = new
-        self.distinct = list(accumulate(new, initial=0))
-        self.hashes = hashes
 
 
 class BlockBuilder:
@@ -137,116 +91,67 @@ class BlockBuilder:
     `util_ratio` (distinct keys per hash bucket) is for tests; tables use `HASH_UTIL_RATIO`.
     """
 
-    __slots__ = ("_bucket_bytes", "_entries", "_entry_bytes", "_firsts", "_hashed", "_hashes", "_last_key", "_offsets")
+    __slots__ = ("_buf", "_firsts", "_index_size", "_index_sizes", "_last_key", "_offsets")
 
     def __init__(self, util_ratio: float = HASH_UTIL_RATIO) -> None:
         if not util_ratio > 0:
             raise ValueError(f"util_ratio must be > 0, got {util_ratio}")
-        self._entries: list[bytes] = []  # encoded entries, joined by `finish`
-        self._entry_bytes = 0
+        self._buf = bytearray()
         self._offsets: list[int] = []
-        self._hashes: list[int] = []  # the bucket hash of each key of the block ...
-        self._firsts: list[int] = []  # ... and the entry index of its first version here
-        self._hashed = True  # False once some key's first version lies beyond MAX_HASHED_ENTRY: no index
+        self._firsts: list[tuple[int, int]] = []  # (bucket hash, entry index) of each key's first version
         self._last_key: bytes | None = None
-        # Buckets by distinct keys, looked up rather than computed (a block with an index has at most 254 keys).
-        self._bucket_bytes = [num_buckets(d, util_ratio) for d in range(MAX_HASHED_ENTRY + 2)]
+        # Bytes after the offset array (buckets and footer), by distinct keys, so that `add` only looks one up.
+        self._index_sizes = [num_buckets(d, util_ratio) + _FOOTER_SIZE for d in range(MAX_HASHED_ENTRY + 2)]
+        self._index_size = _FOOTER_SIZE
 
     def add(self, key: bytes, trailer: int, value: bytes, h: KeyHash) -> int:
         """Append one version of `key`, whose `key_hash` is `h`; returns `size()` after it.
 
-        A one-version `fill`.  The caller keeps internal order.  Raises `struct.error`, with the
-        builder unchanged, when a length does not fit in 32 bits or the trailer in 64.
-        O(len(key) + len(value)) amortized, a few microseconds of setup: runs go through `fill`.
+        The caller keeps internal order.  Raises `struct.error`, with the builder unchanged, when a
+        length does not fit in 32 bits or the trailer in 64 (`TableBuilder` relies on this check
+        rather than repeating it per version).  O(len(key) + len(value)) amortized.
         """
-        # hashes[0] is the key continued from before and hashes[1] a new key's: both are `key`'s here.
-        run = EntryRun([key], [trailer], [value], [key != self._last_key], [h[1], h[1]])
-        self.fill(run, 0, _NO_LIMIT)
-        return self.size()
-
-    def fill(self, run: EntryRun, lo: int, limit: int) -> int:
-        """Append versions ``lo, lo+1, ...`` of `run` up to the first that brings `size()` to `limit`, or to its end.
-
-        Returns the index after the last version appended.  The block's size
-        after each candidate version is a difference of `run`'s cumulative
-        columns: a bisection bounds the cut, Python code runs only for the
-        few probes just before that bound, and the versions go in as C-level
-        list extensions.  O(versions appended + log len(run)).
-        """
-        n = len(run.keys)
-        count = len(self._offsets)
-        fresh = count == 0  # a block's first version always counts as its key's first in the block
-        footprint = run.footprint
-        new = run.new
-        distinct = run.distinct
-        # Without its hash index, the block holding versions lo..j would take footprint[j + 1] + base bytes: the
-        # first j at which that reaches `limit` bounds the cut (n: no such version).
-        base = self._entry_bytes + 4 * count + _FOOTER_SIZE - footprint[lo]
-        bound = bisect_left(footprint, limit - base, lo + 1) - 1
-        # The index is dropped for good at the first key whose first version lies past MAX_HASHED_ENTRY.
-        dropped = lo
-        if self._hashed:
-            try:
-                dropped = new.index(True, max(lo, lo + MAX_HASHED_ENTRY + 1 - count))
-            except ValueError:
-                dropped = n
-        # Before `dropped` the size with the index grows with j, and it exceeds the size without index by
-        # the buckets alone, a few bytes per key: so the cut is `bound` or a few versions before it, found
-        # walking back (one or two probes with 100-byte values).
-        keys_before = len(self._firsts) + (fresh and not new[lo]) - distinct[lo]
-        buckets = self._bucket_bytes
-        cut = end = min(bound, dropped)
-        while cut > lo and footprint[cut] + base + buckets[distinct[cut] + keys_before] >= limit:
-            cut -= 1  # the block holding versions lo .. cut - 1 reaches `limit` already
-        if cut == end:
-            cut = bound  # past `dropped` the size is the one without index, which reaches `limit` at `bound`
-        hi = n if cut >= n else cut + 1
-
-        starts = run.starts
-        self._entries += run.entries[lo:hi]
-        # (Slices, not `islice`, which would step over the first `lo` items every time.)
-        self._offsets.extend(map(sub, starts[lo:hi], repeat(starts[lo] - self._entry_bytes)))
-        self._entry_bytes += starts[hi] - starts[lo]
-        if self._hashed:
-            if dropped < hi:
-                self._hashed = False
-            else:
-                if fresh and not new[lo]:  # a key continued from the previous block: its hash is the run's first
-                    self._firsts.append(0)
-                    self._hashes.append(run.hashes[distinct[lo]])
-                self._firsts.extend(compress(range(count, count + hi - lo), new[lo:hi]))
-                self._hashes.extend(run.hashes[distinct[lo] + 1 : distinct[hi] + 1])
-        self._last_key = run.keys[hi - 1]
-        return hi
+        header = ENTRY_HEADER.pack(len(key), len(value), trailer)
+        buf = self._buf
+        offsets = self._offsets
+        n = len(offsets)
+        if key != self._last_key:  # None after `finish`: a key continued from the last block is entered again
+            self._last_key = key
+            firsts = self._firsts
+            firsts.append((h[1], n))
+            # The index exists while every key's first version is within a byte's reach.
+            self._index_size = self._index_sizes[len(firsts)] if n <= MAX_HASHED_ENTRY else _FOOTER_SIZE
+        offsets.append(len(buf))
+        buf += header
+        buf += key
+        buf += value
+        return len(buf) + 4 * n + 4 + self._index_size
 
     @property
     def count(self) -> int:
         return len(self._offsets)
 
     def size(self) -> int:
-        """Bytes the block's contents would have if finished now.  O(1)."""
-        buckets = self._bucket_bytes[len(self._firsts)] if self._hashed else 0
-        return self._entry_bytes + 4 * len(self._offsets) + buckets + _FOOTER_SIZE
+        """Bytes the block's contents would have if finished now."""
+        return len(self._buf) + 4 * len(self._offsets) + self._index_size
 
     def finish(self) -> bytes:
         """The block's contents; the builder is empty again afterwards.  O(entries)."""
         n = len(self._offsets)
-        buckets = self._bucket_bytes[len(self._firsts)] if self._hashed else 0
+        buckets = self._index_size - _FOOTER_SIZE
         contents = b"".join(
             (
-                *self._entries,
+                self._buf,
                 struct.pack(f"<{n}I", *self._offsets),
-                hash_index(self._hashes, self._firsts, buckets) if buckets else b"",
+                hash_index(self._firsts, buckets) if buckets else b"",
                 BLOCK_FOOTER.pack(buckets, n),
             )
         )
-        self._entries = []
-        self._entry_bytes = 0
+        self._buf = bytearray()
         self._offsets = []
-        self._hashes = []
         self._firsts = []
-        self._hashed = True
         self._last_key = None
+        self._index_size = _FOOTER_SIZE
         return contents
 
 

@@ -15,21 +15,17 @@ import contextlib
 import os
 import struct
 import time
-from collections.abc import Iterable, Iterator
-from itertools import accumulate, compress, count, islice, repeat, takewhile, tee
-from operator import add, and_, gt, itemgetter, le, ne, neg
-from typing import Final
+from collections.abc import Iterable
 
-from minilsm.bloom import BloomFilter, KeyHash, key_hashes
+from minilsm.bloom import BloomFilter, KeyHash, key_hash
 from minilsm.fs import FileSystem
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
-from minilsm.sstable.block import BLOCK_FOOTER, ENTRY_HEADER, MAX_ENTRY_GROWTH, BlockBuilder, EntryRun
+from minilsm.sstable.block import BlockBuilder
 from minilsm.sstable.format import (
     BLOCK_DATA,
     BLOCK_FILTER,
     BLOCK_INDEX,
     BLOCK_PROPERTIES,
-    BLOCK_TRAILER_SIZE,
     FORMAT_VERSION,
     TEMP_SUFFIX,
     BlockHandle,
@@ -45,50 +41,14 @@ from minilsm.sstable.format import (
 
 __all__ = ["TableBuilder", "TableMeta"]  # TableMeta is what `finish` returns
 
-Entry = tuple[bytes, int, bytes]
-"""A version as builders take it: ``(user_key, trailer, value)``."""
-
-_MAX_TRAILER: Final = (1 << 64) - 1
-_MAX_LENGTH: Final = (1 << 32) - 1
-_CHUNK: Final = 1024
-"""Versions `add_run` handles a column at a time.  A chunk costs ~15 us of setup, ~1.5% of its time; more saves
-little and holds more versions in memory."""
-_MAX_GROWTH: Final = MAX_ENTRY_GROWTH + BLOCK_TRAILER_SIZE + BLOCK_FOOTER.size
-"""The most a version adds to `estimated_size()` beyond its key and value bytes: its entry's share of a block,
-and a block cut (the written block's trailer and the next block's footer)."""
-_KEY: Final = itemgetter(0)
-_TRAILER: Final = itemgetter(1)
-_VALUE: Final = itemgetter(2)
-_HIGH: Final = itemgetter(1)  # of a KeyHash: the half the blocks' hash indexes use
+_MAX_TRAILER = (1 << 64) - 1
+_MAX_LENGTH = (1 << 32) - 1
+_NO_STOP = 1 << 63  # a stop size no table reaches
+_NO_HASH: KeyHash = (0, 0)  # stands for the hash of the previous key before there is one
 
 
 def _bad_trailer(trailer: int) -> str:
     return f"trailer {trailer} is not seq << 8 | kind with a known kind"
-
-
-def _first(flags: Iterator[bool], default: int) -> int:
-    """The index of the first true flag, or `default` if none is, found in C.  O(index)."""
-    return next(compress(count(), flags), default)
-
-
-def _take_below(versions: Iterator[Entry], budget: int, n: int) -> list[Entry]:
-    """Up to `n` versions from `versions`, each one whose predecessors could add less than `budget` in all.
-
-    What a version can add to `estimated_size()` is bounded by its key and
-    value lengths plus `_MAX_GROWTH`.  Exactly the versions returned are taken from `versions`: the sums run
-    one version behind (`accumulate` yields its initial 0 before taking
-    anything), and `zip` asks `takewhile` for the next sum before it asks the
-    last `tee` for the version, so the version after the last sum below
-    `budget` is never taken.  The tees are dropped afterwards, all having
-    taken what `versions` gave.  O(n); about 0.1 us per version (0.35 on
-    versions not in the CPU caches).
-    """
-    if budget <= 0:
-        return []
-    keys, values, taken = tee(versions, 3)
-    bounds = map(add, map(len, map(_KEY, keys)), map(len, map(_VALUE, values)))
-    sums = takewhile(budget.__gt__, accumulate(map(add, bounds, repeat(_MAX_GROWTH)), initial=0))
-    return [version for _, version in islice(zip(sums, taken, strict=False), n)]
 
 
 class TableBuilder:
@@ -163,12 +123,13 @@ class TableBuilder:
         """Append a version; raises ValueError unless it sorts strictly after the previous one.
 
         Internal order is user key ascending, then trailer descending.  A
-        one-version `add_run`, so the two share every check; being a chunk of
-        one, it costs some 10 us of setup: streams go through `add_run`.
+        one-version `add_run`, so the two share every check.
         """
         self.add_run(((user_key, trailer, value),))
 
-    def add_run(self, entries: Iterable[Entry], stop_size: int | None = None) -> Entry | None:
+    def add_run(
+        self, entries: Iterable[tuple[bytes, int, bytes]], stop_size: int | None = None
+    ) -> tuple[bytes, int, bytes] | None:
         """Append the versions ``(user_key, trailer, value)`` of `entries`, each checked as `add` checks it.
 
         Returns None once `entries` runs out.  With `stop_size`, stops instead
@@ -179,109 +140,81 @@ class TableBuilder:
         never stops.  A rejected version raises ValueError and leaves the
         builder as it was after the version before it.
 
-        Versions are taken up to `_CHUNK` at a time and added a column at a
-        time (`_append`), so that the per-version work is C code over lists
-        rather than Python bytecode per version.  With `stop_size`, a chunk
-        holds only versions before which the table cannot have reached it
-        (`_take_below`), so the stop never falls inside a chunk and no version
-        past it is taken; once it may have been reached, versions go one at a
-        time.  O(len(key) + len(value)) amortized per version, about 1 us for
-        16-byte keys and 100-byte values.
+        The loop keeps the builder's state in local variables: per version, a
+        few comparisons, `BlockBuilder.add`, and one `key_hash` per user key.
+        O(len(key) + len(value)) amortized per version.
         """
         if self._done:
             raise ValueError(f"table builder for {self.path} is already finished or abandoned")
-        versions = iter(entries)
-        while True:
-            stop = False
-            if stop_size is None:
-                chunk = list(islice(versions, _CHUNK))
-            else:
-                chunk = _take_below(versions, stop_size - self.estimated_size(), _CHUNK)
-                if not chunk:  # the table may have reached stop_size, or `versions` is spent
-                    stop = self._num_entries > 0
-                    chunk = list(islice(versions, 1))
-            if not chunk:
-                return None
-            stopped_at = self._append(chunk, stop)
-            if stopped_at is not None:
-                return stopped_at
-
-    def _append(self, chunk: list[Entry], stop: bool) -> Entry | None:
-        """Check and add the versions of `chunk`; with `stop`, return its first version instead if it starts a user key.
-
-        The checks run a column at a time, in C, and find the first version
-        that breaks a rule, checking each version in the order `add` documents:
-        its kind, its place after the version before it, then the encodable
-        lengths and trailer (`EntryRun` packs the headers).  The versions
-        before it go in; then it raises.  The good run is hashed (one
-        `key_hashes` digest per new user key, for the filter and the blocks'
-        hash indexes) and cut into blocks by `BlockBuilder.fill`.
-        O(len(chunk) + bytes) of C work, plus O(log) Python per block.
-        """
-        n = len(chunk)
-        keys = list(map(_KEY, chunk))
-        trailers = list(map(_TRAILER, chunk))
-        values = list(map(_VALUE, chunk))
-        last = self._last_key
-        before = [last, *keys]  # before[i] is the key of the version before version i
-        new = list(map(ne, keys, before))
-        kinds = list(map(and_, trailers, repeat(0xFF)))
-        bad = n if max(kinds) <= KIND_VALUE else _first(map(KIND_VALUE.__lt__, kinds), n)  # KIND_DELETE is 0
-        # Order.  Usually every key is new and the keys ascend, which one C pass confirms; otherwise each
-        # version must follow the one before it in internal order: key ascending, then trailer descending.
-        if last is not None and (keys[0] < last or (keys[0] == last and trailers[0] >= self._last_trailer)):
-            bad = 0
-        elif not all(map(gt, islice(keys, 1, None), keys)):
-            internal = list(zip(keys, map(neg, trailers), strict=True))
-            bad = min(bad, 1 + _first(map(le, islice(internal, 1, None), internal), n - 1))
-        if stop and bad and new[0]:
-            return chunk[0]
-        if bad < n:
-            if bad:
-                self._append(chunk[:bad], False)
-            key, trailer = keys[bad], trailers[bad]
-            if kinds[bad] > KIND_VALUE:
-                raise ValueError(_bad_trailer(trailer))
-            prev = before[bad]
-            if prev is not None and key < prev:
-                raise ValueError(f"key {key!r} added after {prev!r}: keys must be added in ascending order")
-            prev_trailer = trailers[bad - 1] if bad else self._last_trailer
-            raise ValueError(f"versions of {key!r} must be added newest first: trailer {trailer} after {prev_trailer}")
-        new_hashes = key_hashes(compress(keys, new))
+        block = self._block
+        block_add = block.add
         hashes = self._hashes
+        block_size = self._block_size
+        stop = _NO_STOP if stop_size is None else stop_size
+        # The stop rule is estimated_size() >= stop, kept as size >= room: `size` is the block's, as
+        # `block_add` returns it, and `room` changes only when a block is written.
+        size = block.size()
+        room = stop - self._offset
+        last = self._last_key
+        last_trailer = self._last_trailer
+        h = hashes[-1] if hashes else _NO_HASH  # the hash of `last`, for its versions still to come
+        min_seq = self._min_seq
+        max_seq = self._max_seq
+        deletions = self._num_deletions
+        count = self._num_entries
         try:
-            run = EntryRun(keys, trailers, values, new, [hashes[-1][1] if hashes else 0, *map(_HIGH, new_hashes)])
+            for key, trailer, value in entries:
+                kind = trailer & 0xFF
+                if kind > KIND_VALUE:  # KIND_DELETE is 0, KIND_VALUE 1
+                    raise ValueError(_bad_trailer(trailer))
+                # Every check runs before the version changes anything (but `_smallest`, which counts only
+                # once a version is in); `block_add` itself rejects lengths and trailers too large to
+                # encode (struct.error, below) before it changes the block.
+                if key != last:
+                    if last is None:
+                        self._smallest = key
+                    elif key < last:
+                        raise ValueError(f"key {key!r} added after {last!r}: keys must be added in ascending order")
+                    elif size >= room:
+                        return key, trailer, value
+                    # One hash per user key serves both the filter and the blocks' hash indexes.
+                    h = key_hash(key)
+                    size = block_add(key, trailer, value, h)
+                    hashes.append(h)
+                    last = key
+                elif trailer >= last_trailer:
+                    raise ValueError(
+                        f"versions of {key!r} must be added newest first: trailer {trailer} after {last_trailer}"
+                    )
+                else:
+                    size = block_add(key, trailer, value, h)
+                last_trailer = trailer
+                seq = trailer >> 8
+                if seq < min_seq:
+                    min_seq = seq
+                if seq > max_seq:
+                    max_seq = seq
+                if kind == KIND_DELETE:
+                    deletions += 1
+                count += 1
+                if size >= block_size:
+                    self._flush_block(key, trailer)
+                    size = block.size()
+                    room = stop - self._offset
         except struct.error as e:
-            # A length or trailer the header cannot hold: find the first such version (the error path only).
-            for bad, (key, trailer, value) in enumerate(chunk):  # noqa: B007  # `bad` is used after the loop
-                with contextlib.suppress(struct.error):
-                    ENTRY_HEADER.pack(len(key), len(value), trailer)
-                    continue
-                break
-            if bad:
-                self._append(chunk[:bad], False)
+            # From `block_add` on a length or trailer out of range; anything else is not ours to relabel.
             if len(key) > _MAX_LENGTH or len(value) > _MAX_LENGTH:
                 raise ValueError("key and value must each be shorter than 4 GiB") from None
             if not 0 <= trailer <= _MAX_TRAILER:
                 raise ValueError(_bad_trailer(trailer)) from None
             raise e
-        hashes += new_hashes
-        if last is None:
-            self._smallest = keys[0]
-        self._last_key = keys[-1]
-        self._last_trailer = trailers[-1]
-        self._num_entries += n
-        self._num_deletions += kinds.count(KIND_DELETE)
-        # Shifting out the kind keeps the order, so the extreme trailers hold the extreme sequence numbers.
-        self._min_seq = min(self._min_seq, min(trailers) >> 8)
-        self._max_seq = max(self._max_seq, max(trailers) >> 8)
-        block = self._block
-        block_size = self._block_size
-        i = 0
-        while i < n:
-            i = block.fill(run, i, block_size)
-            if block.size() >= block_size:
-                self._flush_block(keys[i - 1], trailers[i - 1])
+        finally:
+            self._last_key = last
+            self._last_trailer = last_trailer
+            self._min_seq = min_seq
+            self._max_seq = max_seq
+            self._num_deletions = deletions
+            self._num_entries = count
         return None
 
     def _flush_block(self, last_key: bytes, last_trailer: int) -> None:

@@ -154,6 +154,8 @@ def test_long_scans_over_overlapping_sources_match_a_model(db_path: str, seed: i
         views.append((db.snapshot(), {k: v for k, v in model.items() if v is not None}))
         for key in (b"k0001", b"k0350", b"k0699"):
             db.put(key, b"newest")  # after every snapshot: versions in the memtable that all of them hide
+        levels = db.version.levels
+        assert levels[0] and sum(1 for level in levels[1:] if level) >= 2  # the premise: sources overlap
         for snap, expect in views:
             items = sorted(expect.items())
             assert list(snap.iterator()) == items

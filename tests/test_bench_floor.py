@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-floor = pytest.importorskip("bench.floor")
+from bench import floor
 
 
 def pairs(n: int, seed: int) -> list[tuple[bytes, bytes]]:

@@ -184,7 +184,7 @@ def workload_table(name: str, runs: dict[str, dict[str, Any]]) -> str:
         rows.append(
             [
                 store,
-                fmt_rate(r.ops_per_sec) + f" {unit}" if r.ops_per_sec else None,
+                f"{r.ops_per_sec:,.0f} {unit}" if r.ops_per_sec else None,
                 fmt_ratio(ratio),
                 fmt_us(r.p50_us),
                 fmt_us(r.p99_us),

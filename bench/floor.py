@@ -287,7 +287,7 @@ def measure_floor(num: int, tables: int, write_amp: float, root: str, seed: int)
 
 def measure_leveldb(num: int, root: str, seed: int) -> dict[str, float] | None:
     try:
-        import plyvel  # type: ignore[import-not-found]
+        import plyvel
     except ImportError:
         return None
     keys, values, missing = _keys(num, seed)

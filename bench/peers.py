@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import minilsm
 
@@ -171,7 +171,7 @@ class MiniLSMStore(Store):
 
 class LevelDBStore(Store):
     def __init__(self, path: str) -> None:
-        import plyvel  # type: ignore[import-not-found]
+        import plyvel
 
         self.db = db = plyvel.DB(path, create_if_missing=True, bloom_filter_bits=10, compression=None)
         _bind_plyvel_style(self, db)  # sync=False is plyvel's default
@@ -203,7 +203,7 @@ def _settle(state: Callable[[], object], quiet: float = 1.0, limit: float = 600.
 
 class RocksDBStore(Store):
     def __init__(self, path: str) -> None:
-        import rocksdict  # type: ignore[import-not-found]
+        import rocksdict
 
         opts = rocksdict.Options(raw_mode=True)  # keys and values are bytes, not pickled objects
         opts.create_if_missing(True)
@@ -220,8 +220,12 @@ class RocksDBStore(Store):
         def seek(key: bytes, n: int) -> int:
             return len(list(islice(items(from_key=key), n)))
 
+        def scan() -> Pairs:
+            # rocksdict's stubs type an item as tuple[Any, Any]; with bytes keys and values it is bytes.
+            return cast(Pairs, iter(db.items()))
+
         self.seek = seek
-        self.scan = db.items
+        self.scan = scan
 
     def settle(self) -> float:
         names = ("rocksdb.compaction-pending", "rocksdb.num-running-compactions", "rocksdb.num-running-flushes")
@@ -256,7 +260,8 @@ class SQLiteStore(Store):
 
         def get(key: bytes) -> bytes | None:
             row = self._reader().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-            return None if row is None else row[0]  # type: ignore[no-any-return]
+            value: bytes | None = None if row is None else row[0]
+            return value
 
         def delete(key: bytes) -> None:
             execute("DELETE FROM kv WHERE k = ?", (key,))
@@ -266,7 +271,8 @@ class SQLiteStore(Store):
             return len(rows.fetchall())
 
         def scan() -> Pairs:
-            return iter(conn.execute("SELECT k, v FROM kv ORDER BY k"))  # type: ignore[arg-type]
+            rows: Pairs = iter(conn.execute("SELECT k, v FROM kv ORDER BY k"))
+            return rows
 
         self.put, self.get, self.delete, self.seek, self.scan = put, get, delete, seek, scan
         self._main = threading.get_ident()
@@ -296,7 +302,7 @@ class SQLiteStore(Store):
 
 class LMDBStore(Store):
     def __init__(self, path: str, map_size: int) -> None:
-        import lmdb  # type: ignore[import-not-found]
+        import lmdb
 
         # sync=False: a commit writes the pages but does not fsync; metasync is moot then.
         self.env = env = lmdb.open(path, map_size=map_size, sync=False, metasync=False)
@@ -308,7 +314,8 @@ class LMDBStore(Store):
 
         def get(key: bytes) -> bytes | None:
             with begin() as txn:
-                return txn.get(key)  # type: ignore[no-any-return]
+                value: bytes | None = txn.get(key)
+                return value
 
         def delete(key: bytes) -> None:
             with begin(write=True) as txn:
@@ -370,7 +377,7 @@ class DBMStore(Store):
 
 class DiskCacheStore(Store):
     def __init__(self, path: str) -> None:
-        import diskcache  # type: ignore[import-not-found]
+        import diskcache
 
         # No eviction and no size limit: a cache that dropped keys would not be a store.
         self.cache = cache = diskcache.Cache(path, eviction_policy="none", size_limit=2**62)

@@ -1,7 +1,7 @@
 """The store benchmark: db_bench's workloads on minilsm and on each peer, same keys, same run, same machine.
 
     python -m bench [--num 200000] [--reads N] [--seeks N] [--stores minilsm,leveldb,...]
-                    [--workloads fillseq,readrandom,...] [--dir DIR] [--json PATH]
+                    [--workloads fillseq,readrandom,...] [--rounds N] [--dir DIR] [--json PATH]
 
 Prints the machine and the parameters, then one table per workload with each
 store's throughput, its ratio to minilsm and its latency percentiles, then
@@ -13,6 +13,14 @@ bench/peers.py how each peer is configured and how durable its writes are.
 Each store runs every workload before the next store starts, in a fresh
 directory under `--dir` (a new temporary directory by default) that is deleted
 afterwards.  A store whose package is missing is skipped with a note.
+
+Rounds.  On a shared machine one run's ratios can move by tens of percent
+from the next run's.  `--rounds N` runs every store N times, round-robin (all
+stores, then all stores again), so each round compares stores that ran
+minutes apart.  The tables then show each store's median rate and latencies
+over the rounds, and each ratio as the median of the N ratios paired within
+a round, with their lowest and highest: a claim that holds in every round
+holds from the lowest to the highest.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -155,39 +164,72 @@ def fmt_us(x: float | None) -> str | None:
     return None if x is None else f"{x:.2f}"
 
 
-def fmt_ratio(x: float | None) -> str | None:
-    return None if x is None else f"{x:.2f}"
+def median_of(xs: list[float | None]) -> float | None:
+    """The median of the values that are not None (None if there are none)."""
+    present = [x for x in xs if x is not None]
+    return statistics.median(present) if present else None
 
 
-def workload_table(name: str, runs: dict[str, dict[str, Any]]) -> str:
-    ours = runs.get("minilsm", {}).get("results", {}).get(name)
-    base = ours.ops_per_sec if ours is not None else None
+Rounds = list[dict[str, dict[str, Any]]]
+"""One dict per round: store name -> {"facts": ..., "results": {workload: Result}}."""
+
+
+def result_of(rounds: Rounds, store: str, name: str, i: int) -> w.Result | None:
+    run = rounds[i].get(store)
+    return None if run is None else run["results"].get(name)
+
+
+def paired_ratios(rounds: Rounds, top: str, bottom: str, name: str) -> list[float]:
+    """rate(top) / rate(bottom) for `name`, one per round in which both stores have a rate."""
+    out = []
+    for i in range(len(rounds)):
+        a, b = result_of(rounds, top, name, i), result_of(rounds, bottom, name, i)
+        if a is not None and b is not None and a.ops_per_sec and b.ops_per_sec:
+            out.append(a.ops_per_sec / b.ops_per_sec)
+    return out
+
+
+def fmt_ratios(ratios: list[float]) -> str | None:
+    """The median ratio; with several rounds, followed by the lowest and highest: "0.24 (0.20-0.33)"."""
+    if not ratios:
+        return None
+    mid = f"{statistics.median(ratios):.2f}"
+    return mid if len(ratios) == 1 else f"{mid} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def workload_table(name: str, rounds: Rounds) -> str:
     rows = []
-    for store, run in runs.items():
+    for store, run in rounds[0].items():
         r = run["results"].get(name)
         if r is None:
             continue
         if r.skipped:
             rows.append([store, None, None, None, None, f"skipped: {r.skipped}"])
             continue
-        ratio = r.ops_per_sec / base if base and r.ops_per_sec else None
+        every = [result_of(rounds, store, name, i) for i in range(len(rounds))]
+        rates = [x.ops_per_sec for x in every if x is not None and x.ops_per_sec]
+        rate = median_of(list(rates))
         note = ""
         if name == "readwhilewriting":
-            note = f"writer {r.extra['writes_per_sec']:,.0f} puts/s"
+            note = f"writer {median_of([x.extra['writes_per_sec'] for x in every if x is not None]):,.0f} puts/s"
         elif name == "seekrandom":
             note = f"{r.extra['keys_per_seek']:.1f} keys/seek"
         elif name.startswith("read"):
             note = f"found {100 * r.extra['found_fraction_in_sample']:.0f}% (sample)"
-        if r.extra.get("stopped_early"):
-            note = "; ".join(x for x in (f"* stopped at the time budget after {r.ops:,} ops", note) if x)
+        stopped = [x.ops for x in every if x is not None and x.extra.get("stopped_early")]
+        if stopped:
+            ops = ", ".join(f"{n:,}" for n in stopped)
+            note = "; ".join(x for x in (f"* stopped at the time budget after {ops} ops", note) if x)
+        if len(rates) > 1:
+            note = "; ".join(x for x in (f"rounds {min(rates):,.0f}-{max(rates):,.0f}", note) if x)
         unit = "keys/s" if r.unit == "key" else "ops/s"
         rows.append(
             [
                 store,
-                fmt_rate(r.ops_per_sec) + f" {unit}" if r.ops_per_sec else None,
-                fmt_ratio(ratio),
-                fmt_us(r.p50_us),
-                fmt_us(r.p99_us),
+                f"{rate:,.0f} {unit}" if rate else None,
+                "1.00" if store == "minilsm" else fmt_ratios(paired_ratios(rounds, store, "minilsm", name)),
+                fmt_us(median_of([x.p50_us for x in every if x is not None])),
+                fmt_us(median_of([x.p99_us for x in every if x is not None])),
                 note,
             ]
         )
@@ -225,23 +267,42 @@ def counters_table(run: dict[str, Any]) -> str:
     return format_table(headers, rows)
 
 
-def headline(runs: dict[str, dict[str, Any]], selected: list[str]) -> str:
-    ours = runs.get("minilsm")
-    others = [s for s in runs if s != "minilsm"]
-    if ours is None or not others:
+def headline(rounds: Rounds, selected: list[str]) -> str:
+    if "minilsm" not in rounds[0]:
         return ""
-    rows = []
-    for name in selected:
-        mine = ours["results"].get(name)
-        row: list[object] = [name]
-        for s in others:
-            theirs = runs[s]["results"].get(name)
-            if mine is None or theirs is None or not mine.ops_per_sec or not theirs.ops_per_sec:
-                row.append(None)
-            else:
-                row.append(f"{mine.ops_per_sec / theirs.ops_per_sec:.2f}")
-        rows.append(row)
+    others = [s for s in rounds[0] if s != "minilsm"]
+    if not others:
+        return ""
+    rows = [[name, *(fmt_ratios(paired_ratios(rounds, "minilsm", s, name)) for s in others)] for name in selected]
     return format_table(["minilsm / peer", *others], rows)
+
+
+def summary(rounds: Rounds, selected: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """For the JSON: per store and workload, the rates of every round, their median, and the paired ratios."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for store in rounds[0]:
+        for name in selected:
+            rates = [
+                r.ops_per_sec if r is not None else None
+                for r in (result_of(rounds, store, name, i) for i in range(len(rounds)))
+            ]
+            if not any(rates):
+                continue
+            ratios = paired_ratios(rounds, "minilsm", store, name) if store != "minilsm" else []
+            out.setdefault(store, {})[name] = {
+                "ops_per_sec": rates,
+                "ops_per_sec_median": median_of(rates),
+                "minilsm_over_store": ratios or None,
+                "minilsm_over_store_median": statistics.median(ratios) if ratios else None,
+            }
+    return out
+
+
+def round_json(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        s: {"facts": r["facts"], "workloads": {n: res.to_dict() for n, res in r["results"].items()}}
+        for s, r in runs.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,12 +320,19 @@ def main(argv: list[str] | None = None) -> int:
         default=120.0,
         help="seconds after which a workload other than a fill stops early (default 120; 0: none)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every store this many times, round-robin; tables show medians and the spread of "
+        "ratios paired within a round (default 1)",
+    )
     add_json_option(parser)
     args = parser.parse_args(argv)
     reads = args.reads if args.reads is not None else args.num
     seeks = args.seeks if args.seeks is not None else max(1, reads // 4)
-    if args.num < 1 or reads < 1 or seeks < 1:
-        parser.error("--num, --reads and --seeks must be positive")
+    if args.num < 1 or reads < 1 or seeks < 1 or args.rounds < 1:
+        parser.error("--num, --reads, --seeks and --rounds must be positive")
     selected = WORKLOADS if args.workloads is None else tuple(args.workloads.split(","))
     unknown = set(selected) - set(WORKLOADS)
     if unknown:
@@ -297,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeks": seeks,
         "key/value": "16-byte keys b'%016d' % (2*i), 100-byte random values",
         "seed": args.seed,
+        "rounds": args.rounds,
         "budget": f"{args.budget:g} s per workload except fills (a store past it stops early, marked *)"
         if args.budget
         else "none",
@@ -314,43 +383,51 @@ def main(argv: list[str] | None = None) -> int:
     root = args.dir or tempfile.mkdtemp(prefix="minilsm-bench-")
     os.makedirs(root, exist_ok=True)
     data = w.Data(params)
-    runs: dict[str, dict[str, Any]] = {}
+    rounds: Rounds = []
     try:
-        for peer in runnable:
-            progress(f"{peer.name}:")
-            runs[peer.name] = run_store(peer, data, set(selected), root)
+        for i in range(args.rounds):
+            runs: dict[str, dict[str, Any]] = {}
+            for peer in runnable:
+                progress(f"{peer.name}:" if args.rounds == 1 else f"round {i + 1} of {args.rounds}, {peer.name}:")
+                runs[peer.name] = run_store(peer, data, set(selected), root)
+            rounds.append(runs)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
 
+    if args.rounds > 1:
+        print(f"{args.rounds} rounds: rates and latencies are medians over the rounds; ratios are medians of the")
+        print("ratios paired within each round, with the lowest and highest in brackets.\n")
     for name in selected:
         print(f"{name}: {DESCRIPTIONS[name].format(num=args.num, reads=reads, seeks=seeks)}")
-        print(workload_table(name, runs))
+        print(workload_table(name, rounds))
         print()
-    if "minilsm" in runs:
-        print("minilsm counters per read")
-        print(counters_table(runs["minilsm"]))
-        print(write_amplification(runs["minilsm"]))
-        facts = runs["minilsm"]["facts"]
+    first = rounds[0]
+    if "minilsm" in first:
+        print("minilsm counters per read" + (" (round 1)" if args.rounds > 1 else ""))
+        print(counters_table(first["minilsm"]))
+        print(write_amplification(first["minilsm"]))
+        facts = first["minilsm"]["facts"]
         if "tables_per_level" in facts:
             print(
                 f"tables per level after the load: {facts['tables_per_level']}; "
                 f"settled in {facts['settle_seconds']:.2f} s after reopening"
             )
         print()
-    summary = headline(runs, list(selected))
-    if summary:
+    table = headline(rounds, list(selected))
+    if table:
         print("minilsm's rate as a fraction of each peer's (>= 1: minilsm is faster)")
-        print(summary)
+        print(table)
         print()
     print(
         format_table(
             ["store", "seconds", "settled after reopening (s)", "disk bytes after load"],
             [
                 [s, f"{f['seconds']:.1f}", f"{f.get('settle_seconds', 0.0):.2f}", f.get("disk_bytes_after_load")]
-                for s, f in ((s, r["facts"]) for s, r in runs.items())
+                for s, f in ((s, r["facts"]) for s, r in first.items())
             ],
         )
+        + ("\n(round 1)" if args.rounds > 1 else "")
     )
 
     write_json(
@@ -360,10 +437,10 @@ def main(argv: list[str] | None = None) -> int:
             "machine": info,
             "params": shown,
             "stores": notes,
-            "results": {
-                s: {"facts": r["facts"], "workloads": {n: res.to_dict() for n, res in r["results"].items()}}
-                for s, r in runs.items()
-            },
+            # "results" is the first round, in the layout of a one-round run.
+            "results": round_json(first),
+            "rounds": [round_json(runs) for runs in rounds],
+            "summary": summary(rounds, list(selected)),
         },
     )
     return 0

@@ -1,0 +1,68 @@
+"""bench.run: the workload benchmark end to end on tiny data, and how rounds are summarised.
+
+Nothing here times anything: it checks that the report and its JSON say what the runs measured.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bench import run
+from bench.workloads import Result
+
+
+def result(name: str, rate: float | None) -> Result:
+    return Result(name, 100, rate, 1.0, 2.0, 10)
+
+
+def test_ratios_are_paired_within_each_round() -> None:
+    # minilsm is slower in round 2, but so is the peer: the paired ratio stays 0.5 in both rounds,
+    # while the ratio of the two medians would not be.
+    rounds: run.Rounds = [
+        {"minilsm": {"results": {"scan": result("scan", 100.0)}}, "peer": {"results": {"scan": result("scan", 200.0)}}},
+        {"minilsm": {"results": {"scan": result("scan", 50.0)}}, "peer": {"results": {"scan": result("scan", 100.0)}}},
+        {"minilsm": {"results": {"scan": result("scan", 90.0)}}, "peer": {"results": {"scan": result("scan", 120.0)}}},
+    ]
+    assert run.paired_ratios(rounds, "minilsm", "peer", "scan") == [0.5, 0.5, 0.75]
+    assert run.fmt_ratios(run.paired_ratios(rounds, "minilsm", "peer", "scan")) == "0.50 (0.50-0.75)"
+    assert run.fmt_ratios([0.25]) == "0.25"
+    assert run.fmt_ratios([]) is None
+    # A round in which either store has no rate contributes no ratio.
+    rounds[1]["peer"]["results"]["scan"] = result("scan", None)
+    assert run.paired_ratios(rounds, "minilsm", "peer", "scan") == [0.5, 0.75]
+    table = run.headline(rounds, ["scan"])
+    assert "0.62 (0.50-0.75)" in table
+
+
+def test_two_rounds_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    argv = ["--num", "400", "--stores", "minilsm,sqlite3", "--workloads", "fillrandom,readrandom,scan"]
+    assert run.main([*argv, "--rounds", "2", "--dir", str(tmp_path / "stores"), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["params"]["rounds"] == 2
+    assert len(report["rounds"]) == 2
+    assert report["results"] == report["rounds"][0]
+    for name in ("fillrandom", "readrandom", "scan"):
+        rates = [r[s]["workloads"][name]["ops_per_sec"] for r in report["rounds"] for s in ("minilsm", "sqlite3")]
+        assert all(rate > 0 for rate in rates)
+        entry = report["summary"]["sqlite3"][name]
+        mine = [r["minilsm"]["workloads"][name]["ops_per_sec"] for r in report["rounds"]]
+        theirs = entry["ops_per_sec"]
+        assert entry["minilsm_over_store"] == pytest.approx([a / b for a, b in zip(mine, theirs, strict=True)])
+        assert entry["minilsm_over_store_median"] == pytest.approx(statistics.median(entry["minilsm_over_store"]))
+        low, high = min(entry["minilsm_over_store"]), max(entry["minilsm_over_store"])
+        assert f"{entry['minilsm_over_store_median']:.2f} ({low:.2f}-{high:.2f})" in text
+    # Every store's directory is removed after its round.
+    assert not any(p.is_file() for p in (tmp_path / "stores").rglob("*"))
+
+
+def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        run.main(["--rounds", "0"])
+    assert e.value.code == 2
+    assert "--rounds must be positive" in capsys.readouterr().err

@@ -76,6 +76,8 @@ class Peer:
     config: str
     module: str = ""
     """The module to import to check availability ('' when always available)."""
+    on_request: bool = False
+    """True: run only when named in ``--stores`` (a variant of a store, not a peer a user would pick)."""
 
     def available(self) -> str | None:
         """None if it can run here, else a note saying why not and how to fix it."""
@@ -88,7 +90,7 @@ class Peer:
         return None
 
     def version(self) -> str:
-        if self.name == "minilsm":
+        if self.name.startswith("minilsm"):
             return f"{minilsm.__version__} (this checkout)"
         if not self.dist:
             import platform
@@ -128,8 +130,8 @@ def _bind_plyvel_style(store: Store, db: Any) -> None:
 
 
 class MiniLSMStore(Store):
-    def __init__(self, path: str) -> None:
-        self.db = db = minilsm.DB(path)
+    def __init__(self, path: str, **options: Any) -> None:
+        self.db = db = minilsm.DB(path, **options)
         _bind_plyvel_style(self, db)
 
     def close(self) -> None:
@@ -401,6 +403,15 @@ def peers(num: int) -> list[Peer]:
             "sync=False: each write's log record is handed to the OS (write(2)) before put returns; no fsync",
             "defaults: 10 bits/key filters, 4 KiB blocks, 8 MiB block cache, 4 MiB memtable, leveled, "
             "background compaction thread",
+        ),
+        Peer(
+            "minilsm-tiered",
+            "",
+            lambda path: MiniLSMStore(path, compaction_style="tiered"),
+            "as minilsm",
+            "as minilsm, but size-tiered compaction (compaction_style='tiered'): fewer rewrites, more runs "
+            "to probe; run only when named in --stores",
+            on_request=True,
         ),
         Peer(
             "leveldb",

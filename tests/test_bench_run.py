@@ -66,3 +66,17 @@ def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
         run.main(["--rounds", "0"])
     assert e.value.code == 2
     assert "--rounds must be positive" in capsys.readouterr().err
+
+
+def test_the_tiered_variant_runs_only_when_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.peers import peers
+
+    assert [p.name for p in peers(100) if p.on_request] == ["minilsm-tiered"]
+    out = tmp_path / "report.json"
+    argv = ["--num", "400", "--stores", "minilsm,minilsm-tiered", "--workloads", "fillrandom,readmissing"]
+    assert run.main([*argv, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"minilsm", "minilsm-tiered"}
+    assert "compaction_style='tiered'" in report["stores"]["minilsm-tiered"]["config"]
+    assert report["results"]["minilsm-tiered"]["workloads"]["readmissing"]["ops_per_sec"] > 0
+    assert "minilsm-tiered" in capsys.readouterr().out

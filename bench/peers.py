@@ -414,6 +414,15 @@ def peers(num: int) -> list[Peer]:
             on_request=True,
         ),
         Peer(
+            "minilsm-nocache",
+            "",
+            lambda path: MiniLSMStore(path, block_cache_size=0),
+            "as minilsm",
+            "as minilsm, but no block cache (block_cache_size=0): what the cache costs and saves; "
+            "run only when named in --stores",
+            on_request=True,
+        ),
+        Peer(
             "leveldb",
             "plyvel",
             LevelDBStore,

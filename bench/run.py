@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reads", type=int, help="operations per read and delete workload (default --num)")
     parser.add_argument("--seeks", type=int, help="seeks in seekrandom (default --reads / 4)")
     parser.add_argument(
-        "--stores", help="comma-separated stores to run (default: every available one but minilsm-tiered)"
+        "--stores", help="comma-separated stores to run (default: every available one but the minilsm-* variants)"
     )
     parser.add_argument("--workloads", help=f"comma-separated workloads (default: all of {','.join(WORKLOADS)})")
     parser.add_argument("--dir", help="where to put the stores (default: a new temporary directory)")

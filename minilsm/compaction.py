@@ -287,15 +287,10 @@ def write_tables(
 def compaction_entries(c: Compaction, version: Version, snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:
     """The merged, cleaned stream a compaction writes."""
     # Level-0 tables (and tiered runs) overlap, so each is its own source; a deeper level is one run.
-    # Sources go newest first (level 0 is listed so), the order `merge` needs.  As in LevelDB, compaction
-    # leaves the block cache alone: its inputs are about to be deleted, and readers' blocks should stay.
-    sources = (
-        [t.iter(fill_cache=False) for t in c.inputs]
-        if c.level == 0
-        else [concat(t.iter(fill_cache=False) for t in c.inputs)]
-    )
+    # Sources go newest first (level 0 is listed so), the order `merge` needs.
+    sources = [t.iter() for t in c.inputs] if c.level == 0 else [concat(t.iter() for t in c.inputs)]
     if c.overlaps:
-        sources.append(concat(t.iter(fill_cache=False) for t in c.overlaps))
+        sources.append(concat(t.iter() for t in c.overlaps))
     if c.drops_all_tombstones:
 
         def can_drop(key: bytes) -> bool:

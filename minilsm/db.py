@@ -427,21 +427,20 @@ class DB:
 
     # -- reading ----------------------------------------------------------------------
 
-    def get(self, key: bytes, default: Any = None, *, fill_cache: bool = True) -> Any:
+    def get(self, key: bytes, default: Any = None) -> Any:
         """The value of `key`, or `default` when it is absent or deleted.
 
         Cost: two dict lookups for the memtables; then, per table that may hold the
         key, a range check and a filter probe in memory, and one block read when
-        the filter says maybe: from the block cache, else from disk, and then into
-        the cache unless `fill_cache` is False (as plyvel and LevelDB).
+        the filter says maybe.
         """
         if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
             key = check_key(key)
         if self._closed:
             raise ClosedError(f"{self.path}: the store is closed")
-        return self._get(key, self._last_seq, default, None, fill_cache)
+        return self._get(key, self._last_seq, default, None)
 
-    def _get(self, key: bytes, seq: int, default: Any, trace: Trace | None, fill_cache: bool = True) -> Any:
+    def _get(self, key: bytes, seq: int, default: Any, trace: Trace | None) -> Any:
         stats = self._stats
         stats.gets += 1
         found = self._mem.get(key, seq)
@@ -457,7 +456,7 @@ class DB:
             )
         if found is None:
             try:
-                found = self._version.get(key, key_hash(key), seq, trace, fill_cache)
+                found = self._version.get(key, key_hash(key), seq, trace)
             except OSError as e:
                 raise StoreIOError(f"{self.path}: a read failed: {e}") from e
             if found is not None and found[0] == KIND_VALUE:
@@ -478,20 +477,14 @@ class DB:
         reverse: bool = False,
         include_key: bool = True,
         include_value: bool = True,
-        fill_cache: bool = True,
     ) -> DBIterator:
         """Iterate over keys in [start, stop) (or those beginning with `prefix`) in order.
 
         The view is fixed when the iterator is made: later writes, flushes and
         compactions do not change what it yields.  Yields (key, value) pairs, or keys
         or values alone, as plyvel does.  O(log sources) per version visited.
-
-        Blocks read from disk go into the block cache, every one of them, as in
-        LevelDB; so a long scan replaces the cache's contents.  Pass
-        ``fill_cache=False`` for bulk scans: they then still use cached blocks
-        but leave the cache to the reads that keep coming back.
         """
-        return self._iterator(self._last_seq, start, stop, prefix, reverse, include_key, include_value, fill_cache)
+        return self._iterator(self._last_seq, start, stop, prefix, reverse, include_key, include_value)
 
     def _iterator(
         self,
@@ -502,7 +495,6 @@ class DB:
         reverse: bool,
         include_key: bool,
         include_value: bool,
-        fill_cache: bool,
     ) -> DBIterator:
         if self._closed:
             raise ClosedError(f"{self.path}: the store is closed")
@@ -518,9 +510,7 @@ class DB:
         sources: list[Iterator[Entry]] = [
             m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
         ]
-        sources += [
-            t.iter(start, stop, reverse, fill_cache=fill_cache) for t in version.levels[0] if _meets(t, start, stop)
-        ]
+        sources += [t.iter(start, stop, reverse) for t in version.levels[0] if _meets(t, start, stop)]
         for tables in version.levels[1:]:
             # Disjoint and sorted by key: the tables meeting the range are a slice, found by bisection
             # (O(log tables), where a test of each table would cost O(tables) per seek in a big level).
@@ -529,7 +519,7 @@ class DB:
             if lo < hi:
                 # One source, each table opened when the scan reaches it.
                 ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
-                sources.append(concat(t.iter(start, stop, reverse, fill_cache=fill_cache) for t in ordered))
+                sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
         pin = _Pin(version, self._released_superseded_version)
         pairs = merge_visible(sources, seq, reverse, pin.release)
         return DBIterator(pairs, pin, include_key, include_value)
@@ -881,8 +871,7 @@ class DB:
         if reset:
             report.reset(self._stats, version)
         if measure_space:
-            # A scan of everything for a figure: it should not evict the blocks reads use.
-            snap = dataclasses.replace(snap, live_bytes=report.live_bytes(self.iterator(fill_cache=False)))
+            snap = dataclasses.replace(snap, live_bytes=report.live_bytes(self.iterator()))
         return snap
 
     def tables(self) -> list[TableInfo]:
@@ -1056,9 +1045,9 @@ class Snapshot:
         if self._db.closed:
             raise ClosedError(f"{self._db.path}: the store is closed")
 
-    def get(self, key: bytes, default: Any = None, *, fill_cache: bool = True) -> Any:
+    def get(self, key: bytes, default: Any = None) -> Any:
         self._check()
-        return self._db._get(check_key(key), self.sequence, default, None, fill_cache)
+        return self._db._get(check_key(key), self.sequence, default, None)
 
     def iterator(
         self,
@@ -1069,10 +1058,9 @@ class Snapshot:
         reverse: bool = False,
         include_key: bool = True,
         include_value: bool = True,
-        fill_cache: bool = True,
     ) -> DBIterator:
         self._check()
-        return self._db._iterator(self.sequence, start, stop, prefix, reverse, include_key, include_value, fill_cache)
+        return self._db._iterator(self.sequence, start, stop, prefix, reverse, include_key, include_value)
 
     def __getitem__(self, key: bytes) -> bytes:
         value = self.get(key, _MISSING)

@@ -130,18 +130,6 @@ def test_iterator_and_range_misuse(db: minilsm.DB) -> None:
     assert list(it) == []  # a closed iterator is exhausted, not an error
 
 
-def test_fill_cache_is_keyword_only(db: minilsm.DB) -> None:
-    # As in plyvel: a positional third argument is a mistake, not a flag.
-    with db.snapshot() as snap:
-        for source in (db, snap):
-            with pytest.raises(TypeError):
-                source.get(b"key001", None, False)  # type: ignore[misc]
-            with pytest.raises(TypeError):
-                source.iterator(None, None, False)  # type: ignore[misc]
-            assert source.get(b"key001", fill_cache=False) == DATA[b"key001"]
-            assert list(source.iterator(stop=b"key002", fill_cache=False)) == sorted(DATA.items())[:2]
-
-
 def test_closed_store_and_snapshot(db_path: str) -> None:
     db = minilsm.DB(db_path, **small_options())
     for k, v in DATA.items():

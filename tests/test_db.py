@@ -9,8 +9,6 @@ import sys
 import textwrap
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from storeutil import check_invariants, crash, small_options
 
 import minilsm
@@ -186,109 +184,6 @@ def test_closing_an_iterator_deletes_the_tables_only_it_held(db_path: str) -> No
         assert pinned <= set(os.listdir(db_path))  # still there: the iterator reads them
         assert len(list(it)) == 299
         assert not pinned & set(os.listdir(db_path))  # exhausted, so released and deleted
-
-
-# -- fill_cache: which reads put the blocks they read into the block cache ----------------
-
-
-@pytest.fixture
-def store_of_many_tables(db_path: str) -> dict[bytes, bytes]:
-    """A closed store of several tables on two levels or more (reopened, its block cache starts empty); its model."""
-    rng = random.Random(5)
-    model: dict[bytes, bytes] = {}
-    with minilsm.DB(db_path, **small_options()) as db:
-        for i in range(3000):
-            key = b"k%04d" % rng.randrange(1000)
-            if rng.random() < 0.1:
-                db.delete(key)
-                model.pop(key, None)
-            else:
-                db.put(key, b"v%d" % i * 5)
-                model[key] = b"v%d" % i * 5
-        db.flush()
-        assert sum(1 for level in db.version.levels if level) >= 2 and len(db.version.numbers()) >= 4
-    return model
-
-
-def reads_and_hits(db: minilsm.DB) -> tuple[int, int]:
-    """The store's counts so far of data blocks read from disk and of block cache hits."""
-    s = db.stats()
-    return s.block_reads, s.block_cache_hits
-
-
-def since(db: minilsm.DB, before: tuple[int, int]) -> tuple[int, int]:
-    reads, hits = reads_and_hits(db)
-    return reads - before[0], hits - before[1]
-
-
-@pytest.mark.parametrize("fill_cache", [True, False])
-def test_a_seek_fills_the_block_cache_unless_told_not_to(
-    db_path: str, store_of_many_tables: dict[bytes, bytes], fill_cache: bool
-) -> None:
-    expect = [(k, v) for k, v in sorted(store_of_many_tables.items()) if k >= b"k0500"][:10]
-
-    with minilsm.DB(db_path, **small_options(block_cache_size=1 << 20)) as db:
-        costs = []
-        for _ in range(2):
-            before = reads_and_hits(db)
-            with db.iterator(start=b"k0500", fill_cache=fill_cache) as it:
-                assert [next(it) for _ in range(10)] == expect
-            costs.append(since(db, before))
-    first, second = costs
-    assert first[0] > 1 and first[1] == 0  # a block from each source, all from disk
-    # LevelDB's default: the same seek again finds every block in the cache; without filling it reads them again.
-    assert second == ((0, first[0]) if fill_cache else first)
-
-
-def test_a_get_with_fill_cache_false_reads_from_disk_each_time(
-    db_path: str, store_of_many_tables: dict[bytes, bytes]
-) -> None:
-    key, value = sorted(store_of_many_tables.items())[len(store_of_many_tables) // 2]
-    with minilsm.DB(db_path, **small_options(block_cache_size=1 << 20)) as db, db.snapshot() as snap:
-        costs = []
-        for source, fill_cache in [(db, False), (snap, False), (db, True), (snap, True), (db, False), (snap, False)]:
-            before = reads_and_hits(db)
-            assert source.get(key, fill_cache=fill_cache) == value
-            costs.append(since(db, before))
-    n = costs[0][0]
-    # Blocks already cached are used (and counted as hits) whatever fill_cache says.
-    assert n >= 1 and costs == [(n, 0), (n, 0), (n, 0), (0, n), (0, n), (0, n)]
-
-
-def test_compaction_and_measuring_space_leave_the_block_cache_alone(
-    db_path: str, store_of_many_tables: dict[bytes, bytes]
-) -> None:
-    # Whole-store passes that should not evict what reads use (LevelDB's compaction does not fill either).
-    with minilsm.DB(db_path, **small_options(block_cache_size=1 << 20)) as db:
-        cache = db._block_cache
-        assert cache is not None
-        assert db.stats(measure_space=True).live_bytes == sum(len(k) + len(v) for k, v in store_of_many_tables.items())
-        db.compact_range()
-        assert len(cache) == 0 and db.stats().block_reads > 0
-        assert len(list(db.iterator())) == len(store_of_many_tables)
-        assert len(cache) == sum(t.props.num_data_blocks for _, t in db.version.tables())  # a scan fills it
-
-
-@settings(max_examples=20)
-@given(st.data())
-def test_fill_cache_changes_no_answer(
-    db_path: str, store_of_many_tables: dict[bytes, bytes], data: st.DataObject
-) -> None:
-    # A cache of a few blocks, so that filling evicts all the time; reads choose fill_cache at random.
-    items = sorted(store_of_many_tables.items())
-    keys = st.builds(lambda n: b"k%04d" % n, st.integers(0, 1000))
-    with minilsm.DB(db_path, **small_options(block_cache_size=2048)) as db:
-        for _ in range(20):
-            fill_cache = data.draw(st.booleans())
-            if data.draw(st.booleans()):
-                key = data.draw(keys)
-                assert db.get(key, fill_cache=fill_cache) == store_of_many_tables.get(key)
-            else:
-                lo, hi = sorted((data.draw(keys), data.draw(keys)))
-                reverse = data.draw(st.booleans())
-                inside = [(k, v) for k, v in items if lo <= k < hi]
-                got = list(db.iterator(start=lo, stop=hi, reverse=reverse, fill_cache=fill_cache))
-                assert got == (inside[::-1] if reverse else inside)
 
 
 def test_snapshot_keeps_the_old_view_through_compaction(db: minilsm.DB) -> None:

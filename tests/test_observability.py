@@ -261,20 +261,6 @@ def test_explain_tells_a_block_read_from_a_block_cache_hit(db_path: str) -> None
     assert after.block_cache_hits == before.block_cache_hits + 1 and "from the block cache -> found" in str(second)
 
 
-def test_explain_sees_the_blocks_a_seek_put_in_the_cache(db_path: str) -> None:
-    with DB(db_path, **small_options(block_cache_size=1 << 20)) as db:
-        load(db, range(300))
-        db.flush()
-        with db.iterator(start=key(150), fill_cache=False) as it:
-            assert next(it)[0] == key(150)
-        after_bulk_seek = db.explain(key(150))
-        with db.iterator(start=key(250)) as it:
-            assert next(it)[0] == key(250)
-        after_seek = db.explain(key(250))
-    assert after_bulk_seek.block_reads == 1 and "read -> found" in str(after_bulk_seek)
-    assert after_seek.block_reads == 0 and "from the block cache -> found" in str(after_seek)
-
-
 def test_explain_without_filters_reads_a_block_per_table_in_range(db_path: str) -> None:
     with DB(db_path, **small_options(bits_per_key=0, block_cache_size=0)) as db:
         load(db, [2 * n for n in shuffled(800)])

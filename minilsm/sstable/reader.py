@@ -6,10 +6,7 @@ filter as a `BloomFilter`.  A point read is then, in order: a key-range check,
 a filter probe, a bisect of the index, and exactly one data block (from the
 block cache, or one pread) searched through its hash index (binary search over
 its offset array when the index cannot say).
-Scans decode each block they touch in one go.  Both take data blocks through
-`_data_block`: from the block cache if it holds them, else from disk, and then
-into the cache unless the read asked for ``fill_cache=False`` (LevelDB's
-``ReadOptions::fill_cache``, which compaction turns off).
+Scans decode each block they touch in one go.
 
 All disk reads go through `format.read_block`, which checks and counts them.
 The file itself is fetched per block read from the shared `TableFileCache` if
@@ -176,12 +173,7 @@ class TableReader:
     # -- point reads ------------------------------------------------------------
 
     def get(
-        self,
-        key: bytes,
-        h: KeyHash,
-        seq: int,
-        trace: list[dict[str, object]] | None = None,
-        fill_cache: bool = True,
+        self, key: bytes, h: KeyHash, seq: int, trace: list[dict[str, object]] | None = None
     ) -> tuple[int, bytes] | None:
         """The newest version of `key` with sequence number <= `seq`, as ``(kind, value)``; None if there is none.
 
@@ -189,9 +181,9 @@ class TableReader:
         Costs, in order, stopping at the first that settles it: two key
         comparisons; a filter probe (O(k)); a bisect of the index (O(log
         blocks)); one data block, from the block cache or one pread (which it
-        then caches if `fill_cache`), and a lookup in it (O(1) through its
-        hash index, else a binary search, O(log entries)).  Counts in
-        ``stats`` and on this reader; appends one dict to `trace` if given.
+        then caches), and a lookup in it (O(1) through its hash index, else a
+        binary search, O(log entries)).  Counts in ``stats`` and on this
+        reader; appends one dict to `trace` if given.
         """
         # Counts only outcomes: tables considered and filter checks are their sums (see Stats).
         stats = self._stats
@@ -221,7 +213,20 @@ class TableReader:
                 self._miss(True, trace, [], [])
                 return None
 
-        block, cached = self._data_block(i, fill_cache)
+        cache = self._block_cache
+        cached = False
+        if cache is None:
+            block = self._load_block(i)
+        else:
+            cache_key = (self.number, self._offsets[i])
+            hit = cache.get(cache_key)
+            if hit is None:
+                block = self._load_block(i)
+                cache.put(cache_key, block, len(block.data))
+            else:
+                block = hit
+                cached = True
+                stats.block_cache_hits += 1
         try:
             found = block.get(key, h, target)
         except CorruptionError as e:
@@ -263,19 +268,15 @@ class TableReader:
 
     # -- scans ------------------------------------------------------------------
 
-    def iter(
-        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False, *, fill_cache: bool = True
-    ) -> Iterator[Entry]:
+    def iter(self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False) -> Iterator[Entry]:
         """Versions ``(user_key, trailer, value)`` with ``start <= user_key < stop``, in internal order or its reverse.
 
-        Lazy: each block is fetched when the scan reaches it, from the block
-        cache or from disk, and then cached if `fill_cache` (so, as in LevelDB,
-        a long scan replaces the cache's contents with the blocks it passes;
-        bulk scans and compaction pass False).  A block the range covers whole
-        is decoded in one pass; the first and last blocks of a bounded range
-        are entered by binary search and decoded a version at a time as the
-        consumer asks, so a seek followed by a few steps decodes a few
-        versions, not a block.  O(1) per version.
+        Lazy: each block is read (or taken from the block cache, which scans do
+        not fill) when the scan reaches it.  A block the range covers whole is
+        decoded in one pass; the first and last blocks of a bounded range are
+        entered by binary search and decoded a version at a time as the consumer
+        asks, so a seek followed by a few steps decodes a few versions, not a
+        block.  O(1) per version.
         """
         if (start is not None and start > self.largest) or (stop is not None and stop <= self.smallest):
             return iter(())
@@ -285,25 +286,23 @@ class TableReader:
         first = 0 if start is None else bisect_left(keys, start)
         # The first block ending at or after `stop` may still hold keys below it.
         last = self._num_blocks - 1 if stop is None else min(bisect_left(keys, stop), self._num_blocks - 1)
-        return self._scan(first, last, start, stop, reverse, fill_cache)
+        return self._scan(first, last, start, stop, reverse)
 
     def iter_entries(self) -> Iterator[Entry]:
-        """Every version of the table in internal order, leaving the block cache as it was (for ``minilsm dump``)."""
-        return self._scan(0, self._num_blocks - 1, None, None, False, False)
+        """Every version of the table in internal order (for compaction)."""
+        return self._scan(0, self._num_blocks - 1, None, None, False)
 
-    def _scan(
-        self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool, fill_cache: bool
-    ) -> Iterator[Entry]:
+    def _scan(self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool) -> Iterator[Entry]:
         # Chained in C: a version passes through no Python frame of this reader on its way out.
-        return chain.from_iterable(self._scan_blocks(first, last, start, stop, reverse, fill_cache))
+        return chain.from_iterable(self._scan_blocks(first, last, start, stop, reverse))
 
     def _scan_blocks(
-        self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool, fill_cache: bool
+        self, first: int, last: int, start: bytes | None, stop: bytes | None, reverse: bool
     ) -> Iterator[Iterable[Entry]]:
         """The versions of blocks first..last (in range), one iterable per block, each block read when reached."""
         blocks = range(last, first - 1, -1) if reverse else range(first, last + 1)
         for n, i in enumerate(blocks):
-            block = self._data_block(i, fill_cache)[0]
+            block = self._scan_block(i)
             try:
                 # (key, _NEWEST) sorts before every version of `key`: the bounds fall between user keys.
                 lo = block.seek(start, _NEWEST) if i == first and start is not None else 0
@@ -324,27 +323,16 @@ class TableReader:
         except CorruptionError as e:
             raise self._block_error(e, i) from e
 
-    # -- blocks -----------------------------------------------------------------
-
-    def _data_block(self, i: int, fill_cache: bool) -> tuple[Block, bool]:
-        """Data block `i`, and whether it came from the block cache.
-
-        A cache lookup; on a miss one disk read (`_load_block`), whose block then
-        goes into the cache if `fill_cache`.  A hit counts in
-        ``stats.block_cache_hits`` whatever `fill_cache` says.
-        """
+    def _scan_block(self, i: int) -> Block:
         cache = self._block_cache
-        if cache is None:
-            return self._load_block(i), False
-        cache_key = (self.number, self._offsets[i])
-        block = cache.get(cache_key)
-        if block is not None:
-            self._stats.block_cache_hits += 1
-            return block, True
-        block = self._load_block(i)
-        if fill_cache:
-            cache.put(cache_key, block, len(block.data))
-        return block, False
+        if cache is not None:
+            block = cache.get((self.number, self._offsets[i]))
+            if block is not None:
+                self._stats.block_cache_hits += 1
+                return block
+        return self._load_block(i)
+
+    # -- blocks -----------------------------------------------------------------
 
     def _load_block(self, i: int) -> Block:
         """Data block `i` from disk (one pread through `read_block`)."""

@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
@@ -156,15 +157,11 @@ def run_store(peer: Peer, data: w.Data, selected: set[str], root: str) -> dict[s
     return {"facts": facts, "results": {r.workload: r for r in results}}
 
 
-def fmt_rate(x: float | None) -> str | None:
-    return None if x is None else f"{x:,.0f}"
-
-
 def fmt_us(x: float | None) -> str | None:
     return None if x is None else f"{x:.2f}"
 
 
-def median_of(xs: list[float | None]) -> float | None:
+def median_of(xs: Iterable[float | None]) -> float | None:
     """The median of the values that are not None (None if there are none)."""
     present = [x for x in xs if x is not None]
     return statistics.median(present) if present else None
@@ -208,7 +205,7 @@ def workload_table(name: str, rounds: Rounds) -> str:
             continue
         every = [result_of(rounds, store, name, i) for i in range(len(rounds))]
         rates = [x.ops_per_sec for x in every if x is not None and x.ops_per_sec]
-        rate = median_of(list(rates))
+        rate = median_of(rates)
         note = ""
         if name == "readwhilewriting":
             note = f"writer {median_of([x.extra['writes_per_sec'] for x in every if x is not None]):,.0f} puts/s"

@@ -171,19 +171,18 @@ Rounds = list[dict[str, dict[str, Any]]]
 """One dict per round: store name -> {"facts": ..., "results": {workload: Result}}."""
 
 
-def result_of(rounds: Rounds, store: str, name: str, i: int) -> w.Result | None:
-    run = rounds[i].get(store)
-    return None if run is None else run["results"].get(name)
+def per_round(rounds: Rounds, store: str, name: str) -> list[w.Result | None]:
+    """`store`'s result for workload `name` in each round (None where it has none)."""
+    return [run["results"].get(name) if run is not None else None for run in (r.get(store) for r in rounds)]
 
 
 def paired_ratios(rounds: Rounds, top: str, bottom: str, name: str) -> list[float]:
     """rate(top) / rate(bottom) for `name`, one per round in which both stores have a rate."""
-    out = []
-    for i in range(len(rounds)):
-        a, b = result_of(rounds, top, name, i), result_of(rounds, bottom, name, i)
-        if a is not None and b is not None and a.ops_per_sec and b.ops_per_sec:
-            out.append(a.ops_per_sec / b.ops_per_sec)
-    return out
+    return [
+        a.ops_per_sec / b.ops_per_sec
+        for a, b in zip(per_round(rounds, top, name), per_round(rounds, bottom, name), strict=True)
+        if a is not None and b is not None and a.ops_per_sec and b.ops_per_sec
+    ]
 
 
 def fmt_ratios(ratios: list[float]) -> str | None:
@@ -203,7 +202,7 @@ def workload_table(name: str, rounds: Rounds) -> str:
         if r.skipped:
             rows.append([store, None, None, None, None, f"skipped: {r.skipped}"])
             continue
-        every = [result_of(rounds, store, name, i) for i in range(len(rounds))]
+        every = per_round(rounds, store, name)
         rates = [x.ops_per_sec for x in every if x is not None and x.ops_per_sec]
         rate = median_of(rates)
         note = ""
@@ -279,10 +278,7 @@ def summary(rounds: Rounds, selected: list[str]) -> dict[str, dict[str, dict[str
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for store in rounds[0]:
         for name in selected:
-            rates = [
-                r.ops_per_sec if r is not None else None
-                for r in (result_of(rounds, store, name, i) for i in range(len(rounds)))
-            ]
+            rates = [r.ops_per_sec if r is not None else None for r in per_round(rounds, store, name)]
             if not any(rates):
                 continue
             ratios = paired_ratios(rounds, "minilsm", store, name) if store != "minilsm" else []

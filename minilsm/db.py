@@ -477,14 +477,21 @@ class DB:
         reverse: bool = False,
         include_key: bool = True,
         include_value: bool = True,
+        include_start: bool = True,
+        include_stop: bool = False,
     ) -> DBIterator:
         """Iterate over keys in [start, stop) (or those beginning with `prefix`) in order.
 
-        The view is fixed when the iterator is made: later writes, flushes and
-        compactions do not change what it yields.  Yields (key, value) pairs, or keys
-        or values alone, as plyvel does.  O(log sources) per version visited.
+        `include_start=False` leaves `start` itself out and `include_stop=True` takes
+        `stop` in, as plyvel's keywords do; with `prefix` too, the range is the
+        intersection.  The view is fixed when the iterator is made: later writes,
+        flushes and compactions do not change what it yields.  Yields (key, value)
+        pairs, or keys or values alone, as plyvel does.  O(log sources) per version
+        visited.
         """
-        return self._iterator(self._last_seq, start, stop, prefix, reverse, include_key, include_value)
+        return self._iterator(
+            self._last_seq, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
+        )
 
     def _iterator(
         self,
@@ -495,11 +502,21 @@ class DB:
         reverse: bool,
         include_key: bool,
         include_value: bool,
+        include_start: bool,
+        include_stop: bool,
     ) -> DBIterator:
         if self._closed:
             raise ClosedError(f"{self.path}: the store is closed")
-        start = None if start is None else check_key(start)
-        stop = None if stop is None else check_key(stop)
+        # In bytewise order the key right after k is k + b"\x00", so the open and closed ends
+        # plyvel offers become the one half-open range every source understands.
+        if start is not None:
+            start = check_key(start)
+            if not include_start:
+                start += b"\x00"
+        if stop is not None:
+            stop = check_key(stop)
+            if include_stop:
+                stop += b"\x00"
         if prefix is not None:
             pstart, pstop = prefix_bounds(check_key(prefix))
             start = pstart if start is None else max(start, pstart)
@@ -1058,9 +1075,13 @@ class Snapshot:
         reverse: bool = False,
         include_key: bool = True,
         include_value: bool = True,
+        include_start: bool = True,
+        include_stop: bool = False,
     ) -> DBIterator:
         self._check()
-        return self._db._iterator(self.sequence, start, stop, prefix, reverse, include_key, include_value)
+        return self._db._iterator(
+            self.sequence, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
+        )
 
     def __getitem__(self, key: bytes) -> bytes:
         value = self.get(key, _MISSING)

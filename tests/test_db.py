@@ -116,6 +116,32 @@ def test_iterator_bounds_prefix_reverse_and_projection(db: minilsm.DB) -> None:
         db.iterator(include_key=False, include_value=False)
 
 
+def test_iterator_open_and_closed_ends_as_plyvel(db: minilsm.DB) -> None:
+    for k in [b"", b"\x00", b"a", b"a\x00", b"a\x00\x00", b"ab", b"b", b"b\x00", b"\xff"]:
+        db.put(k, k)
+    db.flush()
+    db.put(b"a\x01", b"")
+
+    def keys(**kw: object) -> list[bytes]:
+        return list(db.iterator(include_value=False, **kw))  # type: ignore[arg-type]
+
+    # The key right after `a` in bytewise order is a\x00: an open end must not skip it.
+    assert keys(start=b"a", stop=b"b", include_start=False) == [b"a\x00", b"a\x00\x00", b"a\x01", b"ab"]
+    assert keys(start=b"a", stop=b"b", include_stop=True) == [b"a", b"a\x00", b"a\x00\x00", b"a\x01", b"ab", b"b"]
+    assert keys(start=b"a\x00", stop=b"a\x01", include_start=False, include_stop=True) == [b"a\x00\x00", b"a\x01"]
+    assert keys(start=b"", include_start=False, stop=b"a") == [b"\x00"]
+    assert keys(start=b"b", stop=b"b", include_stop=True) == [b"b"]
+    assert keys(start=b"b", stop=b"b", include_start=False, include_stop=True) == []
+    assert keys(stop=b"\xff", include_stop=True, reverse=True)[:2] == [b"\xff", b"b\x00"]
+    assert keys(prefix=b"a", start=b"a", include_start=False) == [b"a\x00", b"a\x00\x00", b"a\x01", b"ab"]
+    with db.snapshot() as snap:
+        db.put(b"a\x00\x01", b"later")
+        assert list(snap.iterator(start=b"a\x00", stop=b"ab", include_start=False, include_value=False)) == [
+            b"a\x00\x00",
+            b"a\x01",
+        ]
+
+
 def test_iterator_sees_a_fixed_view(db: minilsm.DB) -> None:
     fill(db, 200)
     it = db.iterator()

@@ -79,14 +79,29 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.db.get(key) == self.model.get(key)
         assert (key in self.db) == (key in self.model)
 
-    @rule(start=st.none() | keys, stop=st.none() | keys, reverse=st.booleans())
-    def scan(self, start: bytes | None, stop: bytes | None, reverse: bool) -> None:
-        expect = sorted(
-            (k, v) for k, v in self.model.items() if (start is None or k >= start) and (stop is None or k < stop)
-        )
+    @rule(
+        start=st.none() | keys,
+        stop=st.none() | keys,
+        reverse=st.booleans(),
+        include_start=st.booleans(),
+        include_stop=st.booleans(),
+    )
+    def scan(
+        self, start: bytes | None, stop: bytes | None, reverse: bool, include_start: bool, include_stop: bool
+    ) -> None:
+        def after_start(k: bytes) -> bool:
+            return start is None or k > start or (include_start and k == start)
+
+        def before_stop(k: bytes) -> bool:
+            return stop is None or k < stop or (include_stop and k == stop)
+
+        expect = sorted((k, v) for k, v in self.model.items() if after_start(k) and before_stop(k))
         if reverse:
             expect.reverse()
-        assert list(self.db.iterator(start=start, stop=stop, reverse=reverse)) == expect
+        it = self.db.iterator(
+            start=start, stop=stop, reverse=reverse, include_start=include_start, include_stop=include_stop
+        )
+        assert list(it) == expect
 
     @rule(prefix=st.binary(max_size=2), reverse=st.booleans())
     def scan_prefix(self, prefix: bytes, reverse: bool) -> None:

@@ -244,7 +244,9 @@ class DB:
         """Finish background work in progress, close the log and the table files, and release the directory.
 
         Writes in the memtable are not flushed; they are in the log and come back
-        on the next open, as in LevelDB.  Closing twice is harmless.
+        on the next open, as in LevelDB.  A `flush` or `compact_range` running in
+        another thread ends with `ClosedError` (a compaction step under way first
+        finishes).  Closing twice is harmless.
         """
         with self._mutex:
             if self._closed or self._closing:
@@ -254,6 +256,10 @@ class DB:
         if self._bg_thread is not None:
             self._bg_thread.join()
         with self._mutex:
+            # A compact_range in another thread writes outside the mutex: let its step end (it then sees
+            # the close and stops), or it would rewrite the manifest of a directory no longer ours.
+            while self._compacting:
+                self._cond.wait()
             with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
                 self._log.close()
             # Table files close now, not whenever this object is collected; an iterator or
@@ -647,8 +653,8 @@ class DB:
     def _wait_for_background(self) -> None:
         """Wait (mutex held) for the background thread, or do its work now when inline."""
         if self.options.background:
-            if self._bg_error is not None:
-                self._check_writable()
+            # A close stops the background thread, so nothing would ever wake a waiter up.
+            self._check_writable()
             self._cond.wait()
         else:
             self._do_background_work()

@@ -22,6 +22,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from storeutil import check_invariants, small_options
@@ -272,3 +273,97 @@ def test_a_background_failure_stops_every_writer_and_loses_no_acknowledged_write
     with minilsm.DB(db_path, **small_options()) as db:
         for t in range(4):
             assert {k: db.get(k) for k in acked[t]} == acked[t]
+
+
+class GateFS(minilsm.fs.FileSystem):
+    """A file system that holds the `nth` creation of a table file at a gate until the test opens it."""
+
+    def __init__(self, nth: int) -> None:
+        self.left = nth
+        self.reached = threading.Event()
+        self.gate = threading.Event()
+
+    def open_writable(self, path: str) -> minilsm.fs.WritableFile:
+        if ".sst" in path:
+            self.left -= 1
+            if self.left == 0:
+                self.reached.set()
+                self.gate.wait(30)
+        return super().open_writable(path)
+
+
+def test_close_stops_a_flush_waiting_in_another_thread(db_path: str) -> None:
+    """close() while flush() waits for the background thread: the flush gets ClosedError, it does not hang."""
+    fs = GateFS(3)  # two flushes, then the compaction they start is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    assert fs.reached.wait(10), "the background compaction never started"
+    db.put(b"k", b"2")
+    outcome: list[BaseException | None] = []
+
+    def flush() -> None:
+        try:
+            db.flush()
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    flusher = threading.Thread(target=flush, daemon=True)
+    flusher.start()
+    while db._imm is None:  # the flush froze the memtable and now waits for the background thread
+        time.sleep(0.001)
+    closer = threading.Thread(target=db.close, daemon=True)
+    closer.start()
+    while not db._closing:
+        time.sleep(0.001)
+    fs.gate.set()
+    closer.join(10)
+    flusher.join(10)
+    assert not closer.is_alive() and not flusher.is_alive(), "close() or flush() hangs"
+    assert len(outcome) == 1 and isinstance(outcome[0], minilsm.ClosedError), outcome
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"2"
+
+
+def test_close_waits_for_a_manual_compaction_in_another_thread(db_path: str) -> None:
+    """Once close() returns the store's files are another opener's: a compact_range running in another thread
+    must not write a manifest or delete files after it."""
+    fs = GateFS(3)  # two flushes, then compact_range's output is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True, level0_compaction_trigger=4))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    outcome: list[BaseException | None] = []
+
+    def compact() -> None:
+        try:
+            db.compact_range()
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    compactor = threading.Thread(target=compact, daemon=True)
+    compactor.start()
+    assert fs.reached.wait(10), "the manual compaction never started"
+    at_close: list[tuple[list[str], bytes]] = []
+
+    def files() -> tuple[list[str], bytes]:
+        return sorted(os.listdir(db_path)), Path(db_path, "MANIFEST").read_bytes()
+
+    def close() -> None:
+        db.close()
+        at_close.append(files())
+
+    closer = threading.Thread(target=close, daemon=True)
+    closer.start()
+    time.sleep(0.05)  # without waiting for the compaction, close() is done by now
+    fs.gate.set()
+    closer.join(10)
+    compactor.join(10)
+    assert not closer.is_alive() and not compactor.is_alive(), "close() or compact_range() hangs"
+    assert at_close == [files()], "the store changed its files after close() returned"
+    assert len(outcome) == 1 and (outcome[0] is None or isinstance(outcome[0], minilsm.ClosedError)), outcome
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"1"

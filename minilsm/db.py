@@ -833,8 +833,12 @@ class DB:
 
         A Version stays alive while any read, iterator or the store itself holds it
         (CPython frees it the moment the last holder lets go), so a table is never
-        deleted under a reader.
+        deleted under a reader.  Nothing is deleted once a write-path operation has failed: the
+        manifest on disk may then not be the one in memory (a flush whose manifest write failed
+        still needs its log), and the next open sweeps against the manifest it reads.
         """
+        if self._bg_error is not None:
+            return
         live = set(self._pending_outputs)
         for v in list(self._versions):
             live |= v.numbers()

@@ -555,8 +555,10 @@ class DB:
             return Snapshot(self, sid, self._last_seq)
 
     def _release_snapshot(self, sid: int) -> None:
-        with self._mutex:
-            self._snapshots.pop(sid, None)
+        # No mutex: this is also a finalizer, which the cycle collector may run in a thread that holds
+        # the mutex already.  One dict operation is atomic under the GIL, and the readers copy the
+        # values in one C call (`sorted`), so no lock is needed.
+        self._snapshots.pop(sid, None)
 
     # -- mapping sugar ---------------------------------------------------------------
 

@@ -367,3 +367,32 @@ def test_close_waits_for_a_manual_compaction_in_another_thread(db_path: str) -> 
     assert len(outcome) == 1 and (outcome[0] is None or isinstance(outcome[0], minilsm.ClosedError)), outcome
     with minilsm.DB(db_path, **small_options()) as db:
         assert db.get(b"k") == b"1"
+
+
+def test_a_snapshot_collected_by_the_cycle_collector_under_the_store_lock_does_not_deadlock(db_path: str) -> None:
+    """Was: an unclosed snapshot in a reference cycle is released by its finalizer whenever the cycle collector
+    runs, in whichever thread allocates then; releasing took the store's mutex, so a collection inside any
+    locked section (a put, snapshot(), the background thread) deadlocked that thread on itself."""
+    import gc
+
+    db = minilsm.DB(db_path, **small_options())
+    db.put(b"k", b"v")
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.cycle = holder  # type: ignore[attr-defined]
+    holder.snap = db.snapshot()  # type: ignore[attr-defined]
+    del holder
+
+    def collect_under_the_lock() -> None:
+        with db._mutex:
+            gc.collect()  # what any allocation in a locked section may do
+
+    t = threading.Thread(target=collect_under_the_lock, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "releasing the snapshot deadlocked"
+    assert db._snapshots == {}
+    db.close()

@@ -597,6 +597,9 @@ class DB:
                 self._do_background_work()
             while self._imm is not None:
                 self._wait_for_background()
+            # The frozen memtable is gone from memory once its table is installed, even if the
+            # manifest write after that failed: only the recorded error tells.
+            self._check_writable()
 
     def compact_range(self, start: bytes | None = None, stop: bytes | None = None) -> None:
         """Compact the keys in [start, stop] (None: unbounded) down to the bottom level.

@@ -651,3 +651,22 @@ def test_regression_no_file_is_deleted_after_a_failed_manifest_write(call: str, 
     with minilsm.DB(path, **small_options()) as db:
         assert db.get(b"k00") == (b"new" if call == "compact_range" else b"v0")
         assert [db.get(b"k%02d" % i) for i in range(1, 50)] == [b"v%d" % i for i in range(1, 50)]
+
+
+@pytest.mark.parametrize(("kind", "nth"), [("write", 1), ("rename", 1), ("rename", 2), ("sync_dir", 3)])
+def test_regression_a_failed_background_flush_fails_the_flush_call(kind: str, nth: int, tmp_path: object) -> None:
+    """Was: in background mode, when the table was written but the manifest write then failed, flush()
+    returned as if the memtable were durable in a table."""
+    fs = FaultFS()
+    path = os.path.join(str(tmp_path), "db")
+    db = minilsm.DB(path, **small_options(fs=fs, background=True, memtable_size=1 << 20))
+    db.put(b"k", b"v")
+    db.wait_for_compactions()
+    fs.arm(kind, nth)
+    with pytest.raises((StoreIOError, ReadOnlyError)):
+        db.flush()
+    assert fs.faults
+    assert db.get(b"k") == b"v"
+    db.close()
+    with minilsm.DB(path, **small_options()) as db:
+        assert db.get(b"k") == b"v"

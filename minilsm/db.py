@@ -129,19 +129,15 @@ class DB:
         try:
             if fs.exists(path) and not fs.is_dir(path):
                 raise NotFoundError(f"{path} exists and is not a directory")
-            exists = fs.exists(f"{path}/{MANIFEST_NAME}")
-            if not exists:
-                if not self.options.create_if_missing:
-                    raise NotFoundError(f"no minilsm store at {path} (create_if_missing is False)")
-                fs.makedirs(path)
-            elif self.options.error_if_exists:
-                raise ExistsError(f"a minilsm store already exists at {path} (error_if_exists is True)")
+            if not self._store_exists():
+                fs.makedirs(path)  # the lock file needs the directory
             try:
                 self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
             except BlockingIOError as e:
                 raise LockError(f"{path} is already open (by this or another process): {e}") from None
             try:
-                self._recover(exists)
+                # Asked again under the lock: another process may have created the store meanwhile.
+                self._recover(self._store_exists())
             except BaseException:
                 # Nothing of a failed open may linger: not the lock, not the new log's descriptor.
                 log = getattr(self, "_log", None)
@@ -162,6 +158,17 @@ class DB:
             self._bg_thread.start()
             with self._mutex:
                 self._cond.notify_all()  # recovery may have left compaction work
+
+    def _store_exists(self) -> bool:
+        """Whether the directory holds a store, refused as `create_if_missing`/`error_if_exists` say."""
+        path = self.path
+        if not self._fs.exists(f"{path}/{MANIFEST_NAME}"):
+            if not self.options.create_if_missing:
+                raise NotFoundError(f"no minilsm store at {path} (create_if_missing is False)")
+            return False
+        if self.options.error_if_exists:
+            raise ExistsError(f"a minilsm store already exists at {path} (error_if_exists is True)")
+        return True
 
     def _recover(self, exists: bool) -> None:
         """Rebuild the in-memory state from the manifest, the tables and the logs.

@@ -331,6 +331,26 @@ def test_a_store_held_by_another_process_is_refused_and_left_working(db_path: st
         assert_intact(db)
 
 
+@pytest.mark.parametrize("error_if_exists", [False, True])
+def test_a_store_another_process_creates_while_this_one_opens(db_path: str, error_if_exists: bool) -> None:
+    """Was: whether the store existed was decided before taking the lock, so a store another process created
+    in between was taken for a directory of stray files (CorruptionError) instead of being opened."""
+
+    class CreatedMeanwhile(minilsm.fs.FileSystem):
+        def lock(self, path: str) -> minilsm.fs.FileLock:
+            with minilsm.DB(db_path) as other:  # another process, between our check and our lock
+                other.put(b"other", b"process")
+            return super().lock(path)
+
+    fs = CreatedMeanwhile()
+    if error_if_exists:
+        with pytest.raises(minilsm.ExistsError):
+            minilsm.DB(db_path, fs=fs, error_if_exists=True)
+        fs = minilsm.fs.FileSystem()
+    with minilsm.DB(db_path, fs=fs) as db:
+        assert db.get(b"other") == b"process"
+
+
 def test_a_store_reopens_with_fewer_levels_unless_tables_sit_below(db_path: str) -> None:
     """Regression: a store created with the default max_levels=7 could not be reopened with max_levels=4 even
     with its deeper levels empty ("CorruptionError: manifest has 7 levels"), a wrong diagnosis of a legal open."""

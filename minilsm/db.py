@@ -253,33 +253,42 @@ class DB:
         Writes in the memtable are not flushed; they are in the log and come back
         on the next open, as in LevelDB.  A `flush` or `compact_range` running in
         another thread ends with `ClosedError` (a compaction step under way first
-        finishes).  Closing twice is harmless.
+        finishes).  Closing twice is harmless; a close racing with one under way
+        returns once the store is closed.
         """
         with self._mutex:
-            if self._closed or self._closing:
+            if self._closing:
+                # Another thread is closing the store: return once it is closed, as that caller will.
+                while not self._closed:
+                    self._cond.wait()
+                return
+            if self._closed:
                 return
             self._closing = True
             self._cond.notify_all()
         if self._bg_thread is not None:
             self._bg_thread.join()
         with self._mutex:
-            # A compact_range in another thread writes outside the mutex: let its step end (it then sees
-            # the close and stops), or it would rewrite the manifest of a directory no longer ours.
-            while self._compacting:
-                self._cond.wait()
-            with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
-                self._log.close()
-            # Table files close now, not whenever this object is collected; an iterator or
-            # snapshot read that outlives the store gets ClosedError instead of reopening them.
-            for v in list(self._versions):
-                for _, table in v.tables():
-                    table.close()
-            self._file_cache.clear()
-            if self._block_cache is not None:
-                self._block_cache.clear()
-            self._file_lock.release()
-            self._closed = True
-            self._closing = False
+            try:
+                # A compact_range in another thread writes outside the mutex: let its step end (it then sees
+                # the close and stops), or it would rewrite the manifest of a directory no longer ours.
+                while self._compacting:
+                    self._cond.wait()
+                with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
+                    self._log.close()
+                # Table files close now, not whenever this object is collected; an iterator or
+                # snapshot read that outlives the store gets ClosedError instead of reopening them.
+                for v in list(self._versions):
+                    for _, table in v.tables():
+                        table.close()
+                self._file_cache.clear()
+                if self._block_cache is not None:
+                    self._block_cache.clear()
+                self._file_lock.release()
+            finally:
+                self._closed = True
+                self._closing = False
+                self._cond.notify_all()
 
     @property
     def closed(self) -> bool:

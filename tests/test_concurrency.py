@@ -396,3 +396,34 @@ def test_a_snapshot_collected_by_the_cycle_collector_under_the_store_lock_does_n
     assert not t.is_alive(), "releasing the snapshot deadlocked"
     assert db._snapshots == {}
     db.close()
+
+
+def test_a_second_close_returns_only_once_the_store_is_closed(db_path: str) -> None:
+    """Was: a close() racing with one already under way returned at once, before the directory was released,
+    so reopening right after it raised LockError."""
+    fs = GateFS(3)  # two flushes, then the background compaction is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    assert fs.reached.wait(10), "the background compaction never started"
+    first = threading.Thread(target=db.close, daemon=True)
+    first.start()
+    while not db._closing:
+        time.sleep(0.001)
+    second_saw: list[bool] = []
+
+    def second() -> None:
+        db.close()
+        second_saw.append(db.closed)
+
+    t = threading.Thread(target=second, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    fs.gate.set()
+    for thread in (first, t):
+        thread.join(10)
+        assert not thread.is_alive(), "close() hangs"
+    assert second_saw == [True]
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"1"

@@ -1021,10 +1021,16 @@ class DBIterator:
         return next(self._it)
 
     def close(self) -> None:
-        """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop."""
+        """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop.
+
+        A step running in another thread at this moment cannot be stopped from here: that
+        thread's loop runs on to its end, and the tables stay pinned until then.
+        """
         self._it = iter(())
-        with contextlib.suppress(ValueError):  # running in another thread right now: it stops at its end instead
+        try:
             self._gen.close()
+        except ValueError:  # "generator already executing"
+            return  # the generator releases the pin when it runs out (or the pin goes when it is dropped)
         self._pin.release()
 
     def __enter__(self) -> DBIterator:

@@ -427,3 +427,67 @@ def test_a_second_close_returns_only_once_the_store_is_closed(db_path: str) -> N
     assert second_saw == [True]
     with minilsm.DB(db_path, **small_options()) as db:
         assert db.get(b"k") == b"1"
+
+
+class HeldReads(minilsm.fs.FileSystem):
+    """A file system whose `nth` table read (once armed) waits at a gate until the test opens it."""
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.reached = threading.Event()
+        self.gate = threading.Event()
+
+    def open_random(self, path: str) -> minilsm.fs.RandomAccessFile:
+        fs, inner = self, super().open_random(path)
+
+        class File:
+            def pread(self, offset: int, size: int) -> bytes:
+                if fs.left:
+                    fs.left -= 1
+                    if not fs.left:
+                        fs.reached.set()
+                        fs.gate.wait(30)
+                return inner.pread(offset, size)
+
+            def size(self) -> int:
+                return inner.size()
+
+            def close(self) -> None:
+                inner.close()
+
+        return File()
+
+
+def test_closing_an_iterator_while_another_thread_steps_it_keeps_its_tables(db_path: str) -> None:
+    """Was: close() from another thread while the iterator's generator was running could not stop it, yet let
+    go of its tables; a compaction then deleted them under the loop, which failed with StoreIOError."""
+    fs = HeldReads()
+    db = minilsm.DB(db_path, **small_options(fs=fs, block_cache_size=0))
+    data = {b"k%03d" % i: b"v" * 30 for i in range(200)}
+    for k, v in data.items():
+        db.put(k, v)
+    db.flush()
+    it = db.iterator()
+    got: list[tuple[bytes, bytes]] = []
+    errors: list[BaseException] = []
+
+    def scan() -> None:
+        try:
+            for kv in it:
+                got.append(kv)
+        except BaseException as e:
+            errors.append(e)
+
+    fs.left = 3  # the scan's third block read waits, inside the iterator's generator
+    reader = threading.Thread(target=scan, daemon=True)
+    reader.start()
+    assert fs.reached.wait(10)
+    it.close()  # from this thread, while the generator runs in the other
+    db.put(b"k000", b"new")
+    db.compact_range()  # replaces the table the scan reads
+    fs.gate.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert not errors, errors
+    assert got == sorted(data.items())[: len(got)]
+    db.close()

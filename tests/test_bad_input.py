@@ -11,6 +11,7 @@ never an `AttributeError` or a raw `OSError` from deep inside.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -270,6 +271,27 @@ def test_a_foreign_manifest_is_corruption_and_nothing_is_deleted(db_path: str, c
         minilsm.DB(db_path)
     assert e.value.path is not None and e.value.path.endswith("MANIFEST")
     assert sorted(os.listdir(db_path)) == before
+
+
+@pytest.mark.parametrize(
+    "body", [b"[" * 100_000, b'{"a":' * 100_000, b"[]", b'{"next_file_number": 1e400}', b"\xff", b"null"]
+)
+def test_a_forged_manifest_body_behind_a_valid_checksum_is_corruption(db_path: str, body: bytes) -> None:
+    """Was: a deeply nested JSON body raised RecursionError out of the decoder instead of CorruptionError."""
+    import xxhash
+
+    from minilsm.manifest import MANIFEST_NAME, decode_manifest
+
+    with minilsm.DB(db_path, **small_options()):
+        pass
+    data = struct.pack("<8sIIQ", b"MLSMMANI", 1, len(body), xxhash.xxh64_intdigest(body)) + body
+    with pytest.raises(minilsm.CorruptionError, match="malformed manifest body"):
+        decode_manifest(data, MANIFEST_NAME)
+    with open(os.path.join(db_path, MANIFEST_NAME), "wb") as f:
+        f.write(data)
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path)
+    assert e.value.path is not None and e.value.path.endswith(MANIFEST_NAME)
 
 
 def test_an_unreadable_manifest_is_a_store_io_error(db_path: str) -> None:

@@ -58,7 +58,7 @@ from minilsm.memtable import MemTable
 from minilsm.options import Options
 from minilsm.report import ReadTrace
 from minilsm.sstable.builder import TableBuilder
-from minilsm.sstable.format import table_file_name
+from minilsm.sstable.format import table_file_name, table_path
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
@@ -203,9 +203,8 @@ class DB:
         for level in state.levels:
             readers = []
             for meta in level:
-                if not fs.exists(f"{path}/{table_file_name(meta.number)}"):
-                    table_path = f"{path}/{table_file_name(meta.number)}"
-                    raise CorruptionError("table listed in the manifest is missing", table_path)
+                if not fs.exists(table_path(path, meta.number)):
+                    raise CorruptionError("table listed in the manifest is missing", table_path(path, meta.number))
                 readers.append(self._open_table(meta.number))
                 self._next_file = max(self._next_file, meta.number + 1)
                 self._last_seq = max(self._last_seq, meta.max_seq)
@@ -881,8 +880,8 @@ class DB:
             name = (table_file_name(number) if kind == "sst" else log_file_name(number)) + (".tmp" if tmp else "")
             with contextlib.suppress(OSError):
                 fs.remove(f"{self.path}/{name}")
-            if kind == "sst":
-                self._file_cache.evict(f"{self.path}/{name}")
+            if kind == "sst" and not tmp:
+                self._file_cache.evict(table_path(self.path, number))
         with contextlib.suppress(OSError):
             if fs.exists(f"{self.path}/{MANIFEST_NAME}.tmp"):
                 fs.remove(f"{self.path}/{MANIFEST_NAME}.tmp")

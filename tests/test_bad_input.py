@@ -97,6 +97,25 @@ def test_oversized_keys_and_values_raise_value_error(db: minilsm.DB) -> None:
     db.delete(b"k" * MAX_KEY_SIZE)
 
 
+def test_a_key_and_a_value_at_their_limits_survive_the_log_tables_compaction_and_reopen(db_path: str) -> None:
+    """A gap: the limits were only read back from the memtable."""
+    key, value = b"\xff" * MAX_KEY_SIZE, b"v" * MAX_VALUE_SIZE
+    with minilsm.DB(db_path, **small_options()) as db:
+        db.put(key, value)
+        db.put(b"", b"empty key")
+    with minilsm.DB(db_path, **small_options()) as db:  # replayed from the log into a table
+        assert db.get(key) == value
+        db.put(key[:-1], b"shorter")
+        db.compact_range()
+        assert db.get(key) == value and db.get(key[:-1]) == b"shorter"
+        assert [k for k, _ in db.iterator(prefix=key[:-1])] == [key[:-1], key]
+        assert [k for k, _ in db.iterator(start=b"\xff", reverse=True)] == [key, key[:-1]]
+        db.delete(key)
+        db.compact_range()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(key) is None and list(db) == [b"", key[:-1]]
+
+
 def test_batch_misuse(db: minilsm.DB) -> None:
     with pytest.raises(TypeError), db.write_batch() as wb:
         wb.put(b"half", b"applied")

@@ -101,6 +101,7 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
     except BlockingIOError:
         raise LockError(f"{path} is open (by this or another process); close it to check it") from None
     try:
+        names = fs.listdir(path)  # again, under the lock: the store may have changed before we got it
         report = CheckReport(path)
         state = _check_manifest(fs, path, names, report)
         live = _check_tables(fs, path, state, report) if state is not None else set()

@@ -158,13 +158,16 @@ def manual_compaction(
     Leveled: called until it returns None; each step empties the range out of the
     shallowest level above the deepest level holding data, so the loop ends.
     Tiered: one step merges every run into one (runs must stay age-adjacent, so a
-    key range cannot be merged alone), dropping every tombstone no snapshot needs.
+    key range cannot be merged alone), dropping every tombstone no snapshot needs
+    unless a deeper level holds tables.
     """
     if options.compaction_style == "tiered":
         runs = list(version.levels[0])
         if not runs or (len(runs) == 1 and runs[0].meta.num_deletions == 0):
             return None
-        return Compaction(0, 0, runs, [], "manual compaction", split_output=False, drops_all_tombstones=True)
+        # Tables below level 0 (a store made leveled, reopened tiered) may hold what a tombstone deletes.
+        drops = version.bottom_level_with_data() == 0
+        return Compaction(0, 0, runs, [], "manual compaction", split_output=False, drops_all_tombstones=drops)
     bottom = max(1, version.bottom_level_with_data())
     for level in range(bottom):
         if level == 0:

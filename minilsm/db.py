@@ -58,7 +58,7 @@ from minilsm.memtable import MemTable
 from minilsm.options import Options
 from minilsm.report import ReadTrace
 from minilsm.sstable.builder import TableBuilder
-from minilsm.sstable.format import table_file_name
+from minilsm.sstable.format import table_file_name, table_path
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
@@ -129,19 +129,15 @@ class DB:
         try:
             if fs.exists(path) and not fs.is_dir(path):
                 raise NotFoundError(f"{path} exists and is not a directory")
-            exists = fs.exists(f"{path}/{MANIFEST_NAME}")
-            if not exists:
-                if not self.options.create_if_missing:
-                    raise NotFoundError(f"no minilsm store at {path} (create_if_missing is False)")
-                fs.makedirs(path)
-            elif self.options.error_if_exists:
-                raise ExistsError(f"a minilsm store already exists at {path} (error_if_exists is True)")
+            if not self._store_exists():
+                fs.makedirs(path)  # the lock file needs the directory
             try:
                 self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
             except BlockingIOError as e:
                 raise LockError(f"{path} is already open (by this or another process): {e}") from None
             try:
-                self._recover(exists)
+                # Asked again under the lock: another process may have created the store meanwhile.
+                self._recover(self._store_exists())
             except BaseException:
                 # Nothing of a failed open may linger: not the lock, not the new log's descriptor.
                 log = getattr(self, "_log", None)
@@ -162,6 +158,17 @@ class DB:
             self._bg_thread.start()
             with self._mutex:
                 self._cond.notify_all()  # recovery may have left compaction work
+
+    def _store_exists(self) -> bool:
+        """Whether the directory holds a store, refused as `create_if_missing`/`error_if_exists` say."""
+        path = self.path
+        if not self._fs.exists(f"{path}/{MANIFEST_NAME}"):
+            if not self.options.create_if_missing:
+                raise NotFoundError(f"no minilsm store at {path} (create_if_missing is False)")
+            return False
+        if self.options.error_if_exists:
+            raise ExistsError(f"a minilsm store already exists at {path} (error_if_exists is True)")
+        return True
 
     def _recover(self, exists: bool) -> None:
         """Rebuild the in-memory state from the manifest, the tables and the logs.
@@ -196,9 +203,8 @@ class DB:
         for level in state.levels:
             readers = []
             for meta in level:
-                if not fs.exists(f"{path}/{table_file_name(meta.number)}"):
-                    table_path = f"{path}/{table_file_name(meta.number)}"
-                    raise CorruptionError("table listed in the manifest is missing", table_path)
+                if not fs.exists(table_path(path, meta.number)):
+                    raise CorruptionError("table listed in the manifest is missing", table_path(path, meta.number))
                 readers.append(self._open_table(meta.number))
                 self._next_file = max(self._next_file, meta.number + 1)
                 self._last_seq = max(self._last_seq, meta.max_seq)
@@ -244,29 +250,44 @@ class DB:
         """Finish background work in progress, close the log and the table files, and release the directory.
 
         Writes in the memtable are not flushed; they are in the log and come back
-        on the next open, as in LevelDB.  Closing twice is harmless.
+        on the next open, as in LevelDB.  A `flush` or `compact_range` running in
+        another thread ends with `ClosedError` (a compaction step under way first
+        finishes).  Closing twice is harmless; a close racing with one under way
+        returns once the store is closed.
         """
         with self._mutex:
-            if self._closed or self._closing:
+            if self._closing:
+                # Another thread is closing the store: return once it is closed, as that caller will.
+                while not self._closed:
+                    self._cond.wait()
+                return
+            if self._closed:
                 return
             self._closing = True
             self._cond.notify_all()
         if self._bg_thread is not None:
             self._bg_thread.join()
         with self._mutex:
-            with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
-                self._log.close()
-            # Table files close now, not whenever this object is collected; an iterator or
-            # snapshot read that outlives the store gets ClosedError instead of reopening them.
-            for v in list(self._versions):
-                for _, table in v.tables():
-                    table.close()
-            self._file_cache.clear()
-            if self._block_cache is not None:
-                self._block_cache.clear()
-            self._file_lock.release()
-            self._closed = True
-            self._closing = False
+            try:
+                # A compact_range in another thread writes outside the mutex: let its step end (it then sees
+                # the close and stops), or it would rewrite the manifest of a directory no longer ours.
+                while self._compacting:
+                    self._cond.wait()
+                with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
+                    self._log.close()
+                # Table files close now, not whenever this object is collected; an iterator or
+                # snapshot read that outlives the store gets ClosedError instead of reopening them.
+                for v in list(self._versions):
+                    for _, table in v.tables():
+                        table.close()
+                self._file_cache.clear()
+                if self._block_cache is not None:
+                    self._block_cache.clear()
+                self._file_lock.release()
+            finally:
+                self._closed = True
+                self._closing = False
+                self._cond.notify_all()
 
     @property
     def closed(self) -> bool:
@@ -566,8 +587,10 @@ class DB:
             return Snapshot(self, sid, self._last_seq)
 
     def _release_snapshot(self, sid: int) -> None:
-        with self._mutex:
-            self._snapshots.pop(sid, None)
+        # No mutex: this is also a finalizer, which the cycle collector may run in a thread that holds
+        # the mutex already.  One dict operation is atomic under the GIL, and the readers copy the
+        # values in one C call (`sorted`), so no lock is needed.
+        self._snapshots.pop(sid, None)
 
     # -- mapping sugar ---------------------------------------------------------------
 
@@ -582,10 +605,10 @@ class DB:
 
     def __delitem__(self, key: bytes) -> None:
         """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises)."""
-        with self._mutex:
-            # Under the mutex no writer can slip in between the check and the delete.
-            if self._get(check_key(key), self._last_seq, _MISSING, None) is _MISSING:
-                raise KeyError(key)
+        # A write from another thread may land between the check and the delete; the outcome is
+        # still one that some order of the two calls gives, as with a dict shared between threads.
+        if self.get(key, _MISSING) is _MISSING:
+            raise KeyError(key)
         self.delete(key)
 
     def __contains__(self, key: object) -> bool:
@@ -606,6 +629,9 @@ class DB:
                 self._do_background_work()
             while self._imm is not None:
                 self._wait_for_background()
+            # The frozen memtable is gone from memory once its table is installed, even if the
+            # manifest write after that failed: only the recorded error tells.
+            self._check_writable()
 
     def compact_range(self, start: bytes | None = None, stop: bytes | None = None) -> None:
         """Compact the keys in [start, stop] (None: unbounded) down to the bottom level.
@@ -664,8 +690,8 @@ class DB:
     def _wait_for_background(self) -> None:
         """Wait (mutex held) for the background thread, or do its work now when inline."""
         if self.options.background:
-            if self._bg_error is not None:
-                self._check_writable()
+            # A close stops the background thread, so nothing would ever wake a waiter up.
+            self._check_writable()
             self._cond.wait()
         else:
             self._do_background_work()
@@ -844,8 +870,12 @@ class DB:
 
         A Version stays alive while any read, iterator or the store itself holds it
         (CPython frees it the moment the last holder lets go), so a table is never
-        deleted under a reader.
+        deleted under a reader.  Nothing is deleted once a write-path operation has failed: the
+        manifest on disk may then not be the one in memory (a flush whose manifest write failed
+        still needs its log), and the next open sweeps against the manifest it reads.
         """
+        if self._bg_error is not None:
+            return
         live = set(self._pending_outputs)
         for v in list(self._versions):
             live |= v.numbers()
@@ -867,8 +897,8 @@ class DB:
             name = (table_file_name(number) if kind == "sst" else log_file_name(number)) + (".tmp" if tmp else "")
             with contextlib.suppress(OSError):
                 fs.remove(f"{self.path}/{name}")
-            if kind == "sst":
-                self._file_cache.evict(f"{self.path}/{name}")
+            if kind == "sst" and not tmp:
+                self._file_cache.evict(table_path(self.path, number))
         with contextlib.suppress(OSError):
             if fs.exists(f"{self.path}/{MANIFEST_NAME}.tmp"):
                 fs.remove(f"{self.path}/{MANIFEST_NAME}.tmp")
@@ -1007,10 +1037,16 @@ class DBIterator:
         return next(self._it)
 
     def close(self) -> None:
-        """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop."""
+        """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop.
+
+        A step running in another thread at this moment cannot be stopped from here: that
+        thread's loop runs on to its end, and the tables stay pinned until then.
+        """
         self._it = iter(())
-        with contextlib.suppress(ValueError):  # running in another thread right now: it stops at its end instead
+        try:
             self._gen.close()
+        except ValueError:  # "generator already executing"
+            return  # the generator releases the pin when it runs out (or the pin goes when it is dropped)
         self._pin.release()
 
     def __enter__(self) -> DBIterator:

@@ -82,7 +82,7 @@ def decode_manifest(data: bytes, path: str) -> ManifestState:
             levels=[[_meta_from_json(m) for m in level] for level in obj["levels"]],
             compact_pointers=[None if p is None else bytes.fromhex(p) for p in obj["compact_pointers"]],
         )
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # RecursionError: deep nesting
         # The checksum matched, so this is a manifest written by a different or broken
         # writer; still a corruption from the reader's point of view.
         raise CorruptionError(f"malformed manifest body: {e!r}", path) from e

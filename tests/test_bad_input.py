@@ -11,6 +11,7 @@ never an `AttributeError` or a raw `OSError` from deep inside.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -96,6 +97,25 @@ def test_oversized_keys_and_values_raise_value_error(db: minilsm.DB) -> None:
     db.delete(b"k" * MAX_KEY_SIZE)
 
 
+def test_a_key_and_a_value_at_their_limits_survive_the_log_tables_compaction_and_reopen(db_path: str) -> None:
+    """A gap: the limits were only read back from the memtable."""
+    key, value = b"\xff" * MAX_KEY_SIZE, b"v" * MAX_VALUE_SIZE
+    with minilsm.DB(db_path, **small_options()) as db:
+        db.put(key, value)
+        db.put(b"", b"empty key")
+    with minilsm.DB(db_path, **small_options()) as db:  # replayed from the log into a table
+        assert db.get(key) == value
+        db.put(key[:-1], b"shorter")
+        db.compact_range()
+        assert db.get(key) == value and db.get(key[:-1]) == b"shorter"
+        assert [k for k, _ in db.iterator(prefix=key[:-1])] == [key[:-1], key]
+        assert [k for k, _ in db.iterator(start=b"\xff", reverse=True)] == [key, key[:-1]]
+        db.delete(key)
+        db.compact_range()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(key) is None and list(db) == [b"", key[:-1]]
+
+
 def test_batch_misuse(db: minilsm.DB) -> None:
     with pytest.raises(TypeError), db.write_batch() as wb:
         wb.put(b"half", b"applied")
@@ -147,6 +167,7 @@ def test_closed_store_and_snapshot(db_path: str) -> None:
         lambda: list(db), lambda: db.iterator(), lambda: db.snapshot(), lambda: db.flush(),
         lambda: db.compact_range(), lambda: db.write(minilsm.WriteBatch()), lambda: batch.write(),
         lambda: snap.get(b"key001"), lambda: snap.iterator(), lambda: snap[b"key001"],
+        lambda: db.__delitem__(b"absent"),  # was KeyError: the check read the memtables of the closed store
     ]  # fmt: skip
     for i, call in enumerate(calls):
         try:
@@ -271,6 +292,27 @@ def test_a_foreign_manifest_is_corruption_and_nothing_is_deleted(db_path: str, c
     assert sorted(os.listdir(db_path)) == before
 
 
+@pytest.mark.parametrize(
+    "body", [b"[" * 100_000, b'{"a":' * 100_000, b"[]", b'{"next_file_number": 1e400}', b"\xff", b"null"]
+)
+def test_a_forged_manifest_body_behind_a_valid_checksum_is_corruption(db_path: str, body: bytes) -> None:
+    """Was: a deeply nested JSON body raised RecursionError out of the decoder instead of CorruptionError."""
+    import xxhash
+
+    from minilsm.manifest import MANIFEST_NAME, decode_manifest
+
+    with minilsm.DB(db_path, **small_options()):
+        pass
+    data = struct.pack("<8sIIQ", b"MLSMMANI", 1, len(body), xxhash.xxh64_intdigest(body)) + body
+    with pytest.raises(minilsm.CorruptionError, match="malformed manifest body"):
+        decode_manifest(data, MANIFEST_NAME)
+    with open(os.path.join(db_path, MANIFEST_NAME), "wb") as f:
+        f.write(data)
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path)
+    assert e.value.path is not None and e.value.path.endswith(MANIFEST_NAME)
+
+
 def test_an_unreadable_manifest_is_a_store_io_error(db_path: str) -> None:
     with minilsm.DB(db_path, **small_options()) as db:
         for k, v in DATA.items():
@@ -328,6 +370,26 @@ def test_a_store_held_by_another_process_is_refused_and_left_working(db_path: st
         assert db.get(b"holder") == b"still works"
         del db[b"holder"]
         assert_intact(db)
+
+
+@pytest.mark.parametrize("error_if_exists", [False, True])
+def test_a_store_another_process_creates_while_this_one_opens(db_path: str, error_if_exists: bool) -> None:
+    """Was: whether the store existed was decided before taking the lock, so a store another process created
+    in between was taken for a directory of stray files (CorruptionError) instead of being opened."""
+
+    class CreatedMeanwhile(minilsm.fs.FileSystem):
+        def lock(self, path: str) -> minilsm.fs.FileLock:
+            with minilsm.DB(db_path) as other:  # another process, between our check and our lock
+                other.put(b"other", b"process")
+            return super().lock(path)
+
+    fs = CreatedMeanwhile()
+    if error_if_exists:
+        with pytest.raises(minilsm.ExistsError):
+            minilsm.DB(db_path, fs=fs, error_if_exists=True)
+        fs = minilsm.fs.FileSystem()
+    with minilsm.DB(db_path, fs=fs) as db:
+        assert db.get(b"other") == b"process"
 
 
 def test_a_store_reopens_with_fewer_levels_unless_tables_sit_below(db_path: str) -> None:

@@ -170,6 +170,26 @@ def test_check_damaged_manifest_and_torn_log(store: str, capsys: pytest.CaptureF
     assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST" in out
 
 
+def test_check_lists_the_files_under_the_lock(tmp_path: Path) -> None:
+    """Was: check listed the directory before taking the lock, so a store another process opened and closed in
+    between was checked against stale names: its new log went unchecked, its deleted one was reported."""
+    from minilsm.check import check_store
+
+    path = str(tmp_path / "db")
+    with minilsm.DB(path) as db:
+        db.put(b"a", b"1")
+
+    class ChangedMeanwhile(minilsm.fs.FileSystem):
+        def lock(self, lock_path: str) -> minilsm.fs.FileLock:
+            with minilsm.DB(path) as other:  # replays the log into a table, deletes it, starts a new one
+                other.put(b"b", b"2")
+            return super().lock(lock_path)
+
+    report = check_store(path, ChangedMeanwhile())
+    assert report.ok and report.logs_checked == 1 and report.log_records_checked == 1, report.render()
+    assert not report.findings, report.render()
+
+
 def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     with fast_tmp_dir() as d:
         code, _, err = run(capsys, "get", os.path.join(d, "nothing"), "k")

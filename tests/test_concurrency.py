@@ -22,6 +22,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from storeutil import check_invariants, small_options
@@ -272,3 +273,221 @@ def test_a_background_failure_stops_every_writer_and_loses_no_acknowledged_write
     with minilsm.DB(db_path, **small_options()) as db:
         for t in range(4):
             assert {k: db.get(k) for k in acked[t]} == acked[t]
+
+
+class GateFS(minilsm.fs.FileSystem):
+    """A file system that holds the `nth` creation of a table file at a gate until the test opens it."""
+
+    def __init__(self, nth: int) -> None:
+        self.left = nth
+        self.reached = threading.Event()
+        self.gate = threading.Event()
+
+    def open_writable(self, path: str) -> minilsm.fs.WritableFile:
+        if ".sst" in path:
+            self.left -= 1
+            if self.left == 0:
+                self.reached.set()
+                self.gate.wait(30)
+        return super().open_writable(path)
+
+
+def test_close_stops_a_flush_waiting_in_another_thread(db_path: str) -> None:
+    """close() while flush() waits for the background thread: the flush gets ClosedError, it does not hang."""
+    fs = GateFS(3)  # two flushes, then the compaction they start is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    assert fs.reached.wait(10), "the background compaction never started"
+    db.put(b"k", b"2")
+    outcome: list[BaseException | None] = []
+
+    def flush() -> None:
+        try:
+            db.flush()
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    flusher = threading.Thread(target=flush, daemon=True)
+    flusher.start()
+    while db._imm is None:  # the flush froze the memtable and now waits for the background thread
+        time.sleep(0.001)
+    closer = threading.Thread(target=db.close, daemon=True)
+    closer.start()
+    while not db._closing:
+        time.sleep(0.001)
+    fs.gate.set()
+    closer.join(10)
+    flusher.join(10)
+    assert not closer.is_alive() and not flusher.is_alive(), "close() or flush() hangs"
+    assert len(outcome) == 1 and isinstance(outcome[0], minilsm.ClosedError), outcome
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"2"
+
+
+def test_close_waits_for_a_manual_compaction_in_another_thread(db_path: str) -> None:
+    """Once close() returns the store's files are another opener's: a compact_range running in another thread
+    must not write a manifest or delete files after it."""
+    fs = GateFS(3)  # two flushes, then compact_range's output is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True, level0_compaction_trigger=4))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    outcome: list[BaseException | None] = []
+
+    def compact() -> None:
+        try:
+            db.compact_range()
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    compactor = threading.Thread(target=compact, daemon=True)
+    compactor.start()
+    assert fs.reached.wait(10), "the manual compaction never started"
+    at_close: list[tuple[list[str], bytes]] = []
+
+    def files() -> tuple[list[str], bytes]:
+        return sorted(os.listdir(db_path)), Path(db_path, "MANIFEST").read_bytes()
+
+    def close() -> None:
+        db.close()
+        at_close.append(files())
+
+    closer = threading.Thread(target=close, daemon=True)
+    closer.start()
+    time.sleep(0.05)  # without waiting for the compaction, close() is done by now
+    fs.gate.set()
+    closer.join(10)
+    compactor.join(10)
+    assert not closer.is_alive() and not compactor.is_alive(), "close() or compact_range() hangs"
+    assert at_close == [files()], "the store changed its files after close() returned"
+    assert len(outcome) == 1 and (outcome[0] is None or isinstance(outcome[0], minilsm.ClosedError)), outcome
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"1"
+
+
+def test_a_snapshot_collected_by_the_cycle_collector_under_the_store_lock_does_not_deadlock(db_path: str) -> None:
+    """Was: an unclosed snapshot in a reference cycle is released by its finalizer whenever the cycle collector
+    runs, in whichever thread allocates then; releasing took the store's mutex, so a collection inside any
+    locked section (a put, snapshot(), the background thread) deadlocked that thread on itself."""
+    import gc
+
+    db = minilsm.DB(db_path, **small_options())
+    db.put(b"k", b"v")
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.cycle = holder  # type: ignore[attr-defined]
+    holder.snap = db.snapshot()  # type: ignore[attr-defined]
+    del holder
+
+    def collect_under_the_lock() -> None:
+        with db._mutex:
+            gc.collect()  # what any allocation in a locked section may do
+
+    t = threading.Thread(target=collect_under_the_lock, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "releasing the snapshot deadlocked"
+    assert db._snapshots == {}
+    db.close()
+
+
+def test_a_second_close_returns_only_once_the_store_is_closed(db_path: str) -> None:
+    """Was: a close() racing with one already under way returned at once, before the directory was released,
+    so reopening right after it raised LockError."""
+    fs = GateFS(3)  # two flushes, then the background compaction is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    assert fs.reached.wait(10), "the background compaction never started"
+    first = threading.Thread(target=db.close, daemon=True)
+    first.start()
+    while not db._closing:
+        time.sleep(0.001)
+    second_saw: list[bool] = []
+
+    def second() -> None:
+        db.close()
+        second_saw.append(db.closed)
+
+    t = threading.Thread(target=second, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    fs.gate.set()
+    for thread in (first, t):
+        thread.join(10)
+        assert not thread.is_alive(), "close() hangs"
+    assert second_saw == [True]
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"1"
+
+
+class HeldReads(minilsm.fs.FileSystem):
+    """A file system whose `nth` table read (once armed) waits at a gate until the test opens it."""
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.reached = threading.Event()
+        self.gate = threading.Event()
+
+    def open_random(self, path: str) -> minilsm.fs.RandomAccessFile:
+        fs, inner = self, super().open_random(path)
+
+        class File:
+            def pread(self, offset: int, size: int) -> bytes:
+                if fs.left:
+                    fs.left -= 1
+                    if not fs.left:
+                        fs.reached.set()
+                        fs.gate.wait(30)
+                return inner.pread(offset, size)
+
+            def size(self) -> int:
+                return inner.size()
+
+            def close(self) -> None:
+                inner.close()
+
+        return File()
+
+
+def test_closing_an_iterator_while_another_thread_steps_it_keeps_its_tables(db_path: str) -> None:
+    """Was: close() from another thread while the iterator's generator was running could not stop it, yet let
+    go of its tables; a compaction then deleted them under the loop, which failed with StoreIOError."""
+    fs = HeldReads()
+    db = minilsm.DB(db_path, **small_options(fs=fs, block_cache_size=0))
+    data = {b"k%03d" % i: b"v" * 30 for i in range(200)}
+    for k, v in data.items():
+        db.put(k, v)
+    db.flush()
+    it = db.iterator()
+    got: list[tuple[bytes, bytes]] = []
+    errors: list[BaseException] = []
+
+    def scan() -> None:
+        try:
+            for kv in it:
+                got.append(kv)
+        except BaseException as e:
+            errors.append(e)
+
+    fs.left = 3  # the scan's third block read waits, inside the iterator's generator
+    reader = threading.Thread(target=scan, daemon=True)
+    reader.start()
+    assert fs.reached.wait(10)
+    it.close()  # from this thread, while the generator runs in the other
+    db.put(b"k000", b"new")
+    db.compact_range()  # replaces the table the scan reads
+    fs.gate.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert not errors, errors
+    assert got == sorted(data.items())[: len(got)]
+    db.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
@@ -140,6 +141,43 @@ def test_iterator_open_and_closed_ends_as_plyvel(db: minilsm.DB) -> None:
             b"a\x00\x00",
             b"a\x01",
         ]
+
+
+def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:
+    """A gap: `prefix` was tested alone, never narrowed further by `start`/`stop`, and 0xff keys only in a memtable."""
+    keys = sorted({b"".join(p) for n in range(4) for p in itertools.product([b"", b"\x00", b"a", b"\xff"], repeat=n)})
+    rng = random.Random(5)
+    model: dict[bytes, bytes] = {}
+    with minilsm.DB(db_path, **small_options()) as db:
+        for step in range(400):  # tables at several levels, a level-0 table and the memtable all hold some
+            k = rng.choice(keys)
+            if rng.random() < 0.25:
+                db.delete(k)
+                model.pop(k, None)
+            else:
+                model[k] = b"%d" % step * rng.randrange(1, 20)
+                db.put(k, model[k])
+            if step in (150, 300):
+                db.compact_range()
+            if step == 350:
+                db.flush()
+        assert db.version.levels[0] and db.version.bottom_level_with_data() > 0 and not db._mem.empty
+        snap_model, snap = dict(model), db.snapshot()
+        for k in keys[::2]:
+            db.delete(k)
+            model.pop(k, None)
+        bounds = [None, b"", b"\x00", b"a", b"a\xff", b"\xff", b"\xff\xff", b"\xff\xff\xff\xff"]
+        prefixes = [b"", b"a", b"\xff", b"\xff\xff", b"a\xff", b"\x00\x00"]
+        for view, m in ((db, model), (snap, snap_model)):
+            for start, stop, prefix, reverse in itertools.product(bounds, bounds, prefixes, (False, True)):
+                want = sorted(
+                    (k, v)
+                    for k, v in m.items()
+                    if k.startswith(prefix) and (start is None or k >= start) and (stop is None or k < stop)
+                )
+                got = list(view.iterator(start, stop, prefix=prefix, reverse=reverse))
+                assert got == (want[::-1] if reverse else want), (view, start, stop, prefix, reverse)
+        snap.close()
 
 
 def test_iterator_sees_a_fixed_view(db: minilsm.DB) -> None:

@@ -625,3 +625,48 @@ def test_garbage_a_failed_remove_left_goes_at_the_next_open(tmp: str) -> None:
         assert db.get(b"k0399") == b"v" * 40 and db.get(b"still") == b"writable"
         logs = [n for n in os.listdir(path) if n.endswith(".log")]
         assert len(logs) == 1, logs
+
+
+@pytest.mark.parametrize("call", ["flush", "compact_range"])
+def test_regression_no_file_is_deleted_after_a_failed_manifest_write(call: str, tmp_path: object) -> None:
+    """Was: after a flush or compaction whose manifest write failed, closing an iterator swept the files
+    against the in-memory version, which the manifest on disk never named: the flushed memtable's log (or the
+    compaction's inputs, which the manifest still lists) went, and a reopen lost acknowledged writes."""
+    fs = FaultFS()
+    path = os.path.join(str(tmp_path), "db")
+    db = minilsm.DB(path, **small_options(fs=fs, memtable_size=1 << 20, level0_compaction_trigger=4))
+    for i in range(50):
+        db.put(b"k%02d" % i, b"v%d" % i)
+    if call == "compact_range":
+        db.flush()
+        db.put(b"k00", b"new")
+        db.flush()
+    it = db.iterator()  # holds the version the failed call replaces in memory
+    fs.arm("rename", 2)  # the output table's rename succeeds, the manifest's fails
+    with pytest.raises(StoreIOError):
+        getattr(db, call)()
+    assert fs.faults and fs.faults[0].path.endswith("MANIFEST.tmp")
+    it.close()
+    db.close()
+    with minilsm.DB(path, **small_options()) as db:
+        assert db.get(b"k00") == (b"new" if call == "compact_range" else b"v0")
+        assert [db.get(b"k%02d" % i) for i in range(1, 50)] == [b"v%d" % i for i in range(1, 50)]
+
+
+@pytest.mark.parametrize(("kind", "nth"), [("write", 1), ("rename", 1), ("rename", 2), ("sync_dir", 3)])
+def test_regression_a_failed_background_flush_fails_the_flush_call(kind: str, nth: int, tmp_path: object) -> None:
+    """Was: in background mode, when the table was written but the manifest write then failed, flush()
+    returned as if the memtable were durable in a table."""
+    fs = FaultFS()
+    path = os.path.join(str(tmp_path), "db")
+    db = minilsm.DB(path, **small_options(fs=fs, background=True, memtable_size=1 << 20))
+    db.put(b"k", b"v")
+    db.wait_for_compactions()
+    fs.arm(kind, nth)
+    with pytest.raises((StoreIOError, ReadOnlyError)):
+        db.flush()
+    assert fs.faults
+    assert db.get(b"k") == b"v"
+    db.close()
+    with minilsm.DB(path, **small_options()) as db:
+        assert db.get(b"k") == b"v"

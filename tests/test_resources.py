@@ -90,6 +90,30 @@ def test_open_table_files_stay_within_max_open_files(db_path: str, background: b
     print(f"{tables} tables, max_open_files={max_open}: at most {peak} table files open")
 
 
+def deleted_fds(path: str) -> int:
+    """Open descriptors on files of the store at `path` that were deleted (their disk space is still held)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            n += target.startswith(path + os.sep) and target.endswith(" (deleted)")
+    return n
+
+
+@pytest.mark.parametrize("suffix", ["", "/"])
+def test_deleted_tables_are_closed_whatever_the_path_spelling(db_path: str, suffix: str) -> None:
+    """Was: with a trailing slash on the path, the file cache knew a table as "db/N.sst" and the sweep evicted
+    "db//N.sst", so every compacted-away table stayed open (its disk space held) until the LRU dropped it."""
+    with minilsm.DB(db_path + suffix, **small_options()) as db:
+        for i in range(2000):
+            db.put(b"k%04d" % (i % 300), b"v" * 50)
+            if i % 100 == 0:
+                assert db.get(b"k0000") is not None  # opens the tables
+        assert db.stats().compactions > 5
+        gc.collect()
+        assert deleted_fds(db_path) == 0
+
+
 def test_close_releases_every_descriptor_and_thread(db_path: str) -> None:
     gc.collect()
     fds, threads = open_fds(), threading.active_count()

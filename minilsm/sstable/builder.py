@@ -12,7 +12,6 @@ a crash leaves either no table or a complete one, never a torn ``.sst``.
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 import time
 from collections.abc import Iterable
@@ -36,7 +35,7 @@ from minilsm.sstable.format import (
     encode_index,
     encode_properties,
     frame_block,
-    table_file_name,
+    table_path,
 )
 
 __all__ = ["TableBuilder", "TableMeta"]  # TableMeta is what `finish` returns
@@ -90,7 +89,7 @@ class TableBuilder:
         if bits_per_key < 0:
             raise ValueError(f"bits_per_key must be >= 0, got {bits_per_key}")
         self.number = number
-        self.path = os.path.join(dirname, table_file_name(number))
+        self.path = table_path(dirname, number)
         self._fs = fs
         self._dirname = dirname
         self._block_size = block_size

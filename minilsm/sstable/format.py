@@ -21,6 +21,7 @@ raising `struct.error`.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from dataclasses import dataclass, fields
 from typing import Final, NamedTuple
@@ -65,6 +66,11 @@ _F64: Final = struct.Struct("<d")
 def table_file_name(number: int) -> str:
     """The file name of table `number`: ``table_file_name(12) == "000012.sst"``."""
     return f"{number:06d}{TABLE_SUFFIX}"
+
+
+def table_path(dirname: str, number: int) -> str:
+    """The path of table `number` in `dirname`, spelled the same by every user: the file cache is keyed by it."""
+    return os.path.join(dirname, table_file_name(number))
 
 
 def parse_table_file_name(name: str) -> int | None:

@@ -15,7 +15,6 @@ one is given (so the number of open files stays bounded), else held open.
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from itertools import chain
@@ -39,7 +38,7 @@ from minilsm.sstable.format import (
     decode_properties,
     read_block,
     read_footer,
-    table_file_name,
+    table_path,
 )
 from minilsm.stats import Stats
 
@@ -152,7 +151,7 @@ class TableReader:
         Reads no data block.  Raises `CorruptionError` naming the file for any
         damage; `OSError` if the file cannot be opened.
         """
-        path = os.path.join(dirname, table_file_name(number))
+        path = table_path(dirname, number)
         file = file_cache.get(path) if file_cache is not None else fs.open_random(path)
         try:
             index, bloom, props = _read_metadata(file, stats, path)

@@ -276,3 +276,16 @@ def test_every_command_through_python_dash_m(store: str) -> None:
         assert results["nostore"][0] == EXIT_ERROR and results["nostore"][2].startswith("minilsm stats: ")
         *done, scan = chain.result()
         assert [code for code, _, _ in done] == [EXIT_OK] * 4 and scan == (EXIT_OK, "b\t2\n", "")
+
+
+@pytest.mark.parametrize("bits", ["-1", "nan", "1000"])
+@pytest.mark.parametrize("command", ["put", "delete", "compact", "demo"])
+def test_an_out_of_range_bits_per_key_is_a_usage_error(command: str, bits: str, tmp_path: Path) -> None:
+    """Regression: an out-of-range --bits-per-key escaped as a ValueError traceback with exit status 1,
+    the status that means "not found" or "damage found"."""
+    path = str(tmp_path / "s")
+    argv = {"put": [path, "k", "v"], "delete": [path, "k"], "compact": [path], "demo": ["--keys", "10"]}[command]
+    with pytest.raises(SystemExit) as e:
+        main([command, *argv, "--bits-per-key", bits])
+    assert e.value.code == EXIT_USAGE
+    assert not os.path.exists(path)  # refused before anything was created

@@ -215,6 +215,20 @@ def test_bad_options_are_refused_before_anything_is_created(options: dict[str, A
     assert not os.path.exists(db_path)
 
 
+def test_a_float_option_given_an_int_too_large_for_a_float_is_refused(db_path: str) -> None:
+    """Regression: tiered_bucket_high=10**400 passed validation (an int is a valid float option), then the
+    first tiered pick multiplied it by a float: OverflowError out of put(), and the store was read-only."""
+    with pytest.raises(ValueError, match="tiered_bucket_high"):
+        minilsm.DB(db_path, compaction_style="tiered", tiered_bucket_high=10**400)
+    assert not os.path.exists(db_path)
+    # An unbounded bucket stays expressible, as infinity.
+    with minilsm.DB(db_path, **small_options(compaction_style="tiered", tiered_bucket_high=float("inf"))) as db:
+        for i in range(300):
+            db.put(b"k%03d" % i, b"v" * 20)
+        assert db.stats().compactions > 0
+        assert db.get(b"k123") == b"v" * 20
+
+
 @pytest.mark.parametrize("options", ["fast", {"sync": True}, 3])
 def test_an_options_argument_that_is_not_options_is_a_type_error(options: Any, db_path: str) -> None:
     """Regression: DB(path, "fast") or a dict raised AttributeError: 'str' object has no attribute 'fs'."""

@@ -73,7 +73,12 @@ def _print_json(obj: object) -> None:
 
 
 def _open(args: argparse.Namespace, *, create: bool = False, **options: Any) -> DB:
-    return DB(args.path, create_if_missing=create, background=False, **options)
+    try:
+        return DB(args.path, create_if_missing=create, background=False, **options)
+    except ValueError as e:
+        # The options are valid (argparse checked them), so the store refused them: one with tables
+        # below the default max_levels.  The store cannot be used with this command's options.
+        raise Error(str(e)) from None
 
 
 # -- commands ---------------------------------------------------------------------

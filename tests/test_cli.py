@@ -289,3 +289,23 @@ def test_an_out_of_range_bits_per_key_is_a_usage_error(command: str, bits: str, 
         main([command, *argv, "--bits-per-key", bits])
     assert e.value.code == EXIT_USAGE
     assert not os.path.exists(path)  # refused before anything was created
+
+
+def test_a_store_deeper_than_the_default_max_levels_is_an_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: every command that opens the store died with a ValueError traceback and exit status 1
+    (the status of "not found") on a store an application made with max_levels=10 and filled below level 6."""
+    path = str(tmp_path / "deep")
+    with minilsm.DB(path, **small_options(max_levels=10, level1_max_bytes=1)) as db:
+        for i in range(200):
+            db.put(key(i), b"v" * 20)
+        assert db.version.bottom_level_with_data() >= 7
+    before = sorted(os.listdir(path))
+    for argv in (["get", path, "key00001"], ["scan", path], ["stats", path], ["put", path, "k", "v"]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (EXIT_ERROR, "")
+        assert err.startswith(f"minilsm {argv[0]}: ") and "max_levels" in err
+    assert sorted(os.listdir(path)) == before
+    code, _, _ = run(capsys, "check", path)
+    assert code == EXIT_OK

@@ -78,7 +78,8 @@ class RecoveryReport:
     logs_replayed: int = 0
     records_replayed: int = 0
     dropped_bytes: int = 0
-    """Bytes of torn records dropped from log tails (a crash in the middle of an append)."""
+    """Bytes of torn records dropped from log tails (a crash in the middle of an append); with `corruption`,
+    also everything from the damage on, newer logs included."""
     corruption: str | None = None
     """With paranoid_checks=False: the damage where recovery stopped, if any."""
 
@@ -214,10 +215,13 @@ class DB:
         # Replay the logs the manifest does not cover, oldest first.
         mem = MemTable()
         logs = sorted(n for n, kind, tmp in self._list_files() if kind == "log" and not tmp and n >= state.log_number)
-        records = dropped = 0
+        if logs:
+            # Numbers of logs that recovery stops before are taken too: a new file must not reuse one.
+            self._next_file = max(self._next_file, logs[-1] + 1)
+        replayed = records = dropped = 0
         corruption: str | None = None
-        for number in logs:
-            self._next_file = max(self._next_file, number + 1)
+        for i, number in enumerate(logs):
+            replayed += 1
             log_path = f"{path}/{log_file_name(number)}"
             result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
             dropped += result.dropped_bytes
@@ -230,9 +234,11 @@ class DB:
                 records += 1
             if result.corruption is not None:
                 corruption = str(result.corruption)
-                break  # later logs hold later writes: applying them past a hole would reorder history
-        self.recovery = RecoveryReport(len(logs), records, dropped, corruption)
-        if dropped:
+                # Later logs hold later writes: applying them past a hole would reorder history.
+                dropped += sum(fs.file_size(self._log_path(n)) for n in logs[i + 1 :])
+                break
+        self.recovery = RecoveryReport(replayed, records, dropped, corruption)
+        if dropped and corruption is None:
             _log.warning("%s: dropped a torn record of %d bytes at the end of a log (a crash mid-write)", path, dropped)
         if corruption is not None:
             _log.error("%s: recovery stopped at damage (paranoid_checks is off): %s", path, corruption)

@@ -5,14 +5,18 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+from typing import Any
 
 import pytest
 from storeutil import check_invariants, crash, small_options
 
 import minilsm
+from minilsm.fs import FileSystem
 from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
 
 
@@ -414,6 +418,56 @@ def test_damaged_log_record_in_the_middle_is_corruption_unless_paranoid_is_off(d
         got = [db.get(b"k%d" % i) for i in range(10)]
         n = got.index(None)
         assert got[:n] == [b"v" * 50] * n and all(g is None for g in got[n:])
+
+
+class _StallFlushFS(FileSystem):
+    """Holds the first table a flush starts until `go` is set, so that a second log fills meanwhile."""
+
+    def __init__(self) -> None:
+        self.stalled = threading.Event()
+        self.go = threading.Event()
+
+    def open_writable(self, path: str) -> Any:
+        if path.endswith(".sst.tmp") and not self.go.is_set():
+            self.stalled.set()
+            self.go.wait(10)
+        return super().open_writable(path)
+
+
+def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_path: str, tmp_path: Any) -> None:
+    """Regression: with paranoid_checks=False, damage in the log of a frozen memtable stopped recovery before
+    the newer log, yet the report said both logs were replayed and left the newer log's bytes out of
+    dropped_bytes; and the store's new log took the skipped log's file number, truncating it in place."""
+    fs = _StallFlushFS()
+    db = minilsm.DB(db_path, memtable_size=600, fs=fs)
+    for i in range(10):
+        db.put(b"a%d" % i, b"v" * 50)  # fills the first log; the 10th write freezes it
+    assert fs.stalled.wait(10)
+    for i in range(5):
+        db.put(b"b%d" % i, b"w" * 50)  # into the second log, while the first one's flush is held
+    copy = str(tmp_path / "copy")
+    os.mkdir(copy)
+    logs = sorted(n for n in os.listdir(db_path) if n.endswith(".log"))
+    for name in [*logs, "MANIFEST"]:
+        shutil.copy(os.path.join(db_path, name), copy)  # what a crash at this moment leaves
+    fs.go.set()
+    db.close()
+    assert len(logs) == 2
+    first, second = (os.path.join(copy, n) for n in logs)
+    size = os.path.getsize(first)
+    with open(first, "r+b") as f:  # damage in the middle of the first log
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    skipped = os.path.getsize(second)
+    with minilsm.DB(copy, paranoid_checks=False, background=False) as db:
+        r = db.recovery
+        assert r.corruption is not None and 0 < r.records_replayed < 10
+        assert r.logs_replayed == 1
+        assert r.dropped_bytes > skipped  # the damaged log's tail and the whole newer log
+        assert [db.get(b"b%d" % i) for i in range(5)] == [None] * 5
+        assert os.path.basename(db._log_path(db._log.number)) not in logs
 
 
 def test_missing_table_is_corruption(db_path: str) -> None:

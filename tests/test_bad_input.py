@@ -23,6 +23,7 @@ from faultfs import FaultFS
 from storeutil import small_options
 
 import minilsm
+from minilsm.fs import DEFAULT_FS
 from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
 
 DATA = {b"key%03d" % i: b"value%d" % i * 20 for i in range(200)}
@@ -325,6 +326,45 @@ def test_a_forged_manifest_body_behind_a_valid_checksum_is_corruption(db_path: s
     with pytest.raises(minilsm.CorruptionError) as e:
         minilsm.DB(db_path)
     assert e.value.path is not None and e.value.path.endswith(MANIFEST_NAME)
+
+
+@pytest.mark.parametrize("forgery", ["listed_twice", "overlapping_in_a_level", "files_swapped"])
+def test_a_manifest_that_disagrees_with_the_tables_is_corruption(db_path: str, forgery: str) -> None:
+    """Regression: DB() trusted the manifest's table list as long as its checksum matched, so a manifest
+    from a buggy writer or a restore that mixed two backups opened, and reads ran against impossible levels:
+    a table listed twice, two overlapping tables in one level (an older value then wins reads), or table
+    files whose contents are not what the manifest says.  `minilsm check` already called each of them damage."""
+    from minilsm.manifest import read_manifest, write_manifest
+
+    with minilsm.DB(db_path, **small_options()) as db:
+        for r in range(2):
+            for i in range(300):
+                db.put(b"key%03d" % i, b"value %d %d" % (r, i))
+        db.flush()
+        levels = db.version.levels
+        upper = levels[1][0]
+        lower = db.version.overlapping(2, upper.smallest, upper.largest)[0]
+        other = next(t for t in levels[2] if t.number != lower.number)
+    state = read_manifest(DEFAULT_FS, db_path)
+    by_level = [[m.number for m in level] for level in state.levels]
+    assert upper.number in by_level[1] and lower.number in by_level[2]
+    if forgery == "listed_twice":
+        state.levels[3].append(next(m for m in state.levels[2] if m.number == other.number))
+    elif forgery == "overlapping_in_a_level":
+        meta = next(m for m in state.levels[2] if m.number == lower.number)
+        state.levels[2].remove(meta)
+        state.levels[1].append(meta)
+    else:
+        a, b = (os.path.join(db_path, f"{t.number:06d}.sst") for t in (lower, other))
+        os.rename(a, a + ".x")
+        os.rename(b, a)
+        os.rename(a + ".x", b)
+    write_manifest(DEFAULT_FS, db_path, state)
+    before = sorted(os.listdir(db_path))
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path, **small_options())
+    assert e.value.path is not None and os.path.basename(e.value.path) in ("MANIFEST", *before)
+    assert sorted(os.listdir(db_path)) == before  # nothing recovered or deleted over it
 
 
 def test_an_unreadable_manifest_is_a_store_io_error(db_path: str) -> None:

@@ -76,7 +76,7 @@ def decode_batch(payload: bytes, path: str | None = None) -> tuple[int, list[Op]
     seq, count = _HEAD.unpack_from(payload, 0)
     if count > (n - BATCH_HEADER_SIZE) // OP_HEADER_SIZE:
         raise CorruptionError(f"write batch claims {count} operations in {n} bytes", path)
-    if count and seq + count - 1 > MAX_SEQUENCE:
+    if seq + max(count, 1) - 1 > MAX_SEQUENCE:  # an empty batch's number still becomes the last sequence
         raise CorruptionError(f"write batch sequence numbers {seq}+{count} exceed the maximum {MAX_SEQUENCE}", path)
     ops: list[Op] = []
     append = ops.append

@@ -178,18 +178,19 @@ def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: Check
 def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestState | None, report: CheckReport) -> None:
     """Check every log recovery would replay (all of them when the manifest is unreadable)."""
     floor = state.log_number if state is not None else 0
-    for name in sorted(names):
-        number = parse_log_file_name(name)
-        if number is None:
-            continue
+    last_seq = 0  # as recovery replays them: in number order, sequence numbers only going up
+    for number, name in sorted((n, name) for name in names if (n := parse_log_file_name(name)) is not None):
         if number < floor:
             report.note(name, "obsolete log, already flushed to tables (the next open deletes it)")
             continue
         log_path = f"{path}/{name}"
         try:
             result = read_log(fs.read_file(log_path), log_path, paranoid=True)
-            for payload in result.records:
-                decode_batch(payload, log_path)
+            for r, payload in enumerate(result.records):
+                seq, ops = decode_batch(payload, log_path)
+                if seq <= last_seq:
+                    raise CorruptionError(f"record {r} has sequence number {seq} after {last_seq}", log_path)
+                last_seq = seq + len(ops) - 1
         except (CorruptionError, OSError) as e:
             report.damage(name, _detail(e))
             continue

@@ -235,14 +235,20 @@ class DB:
             # Numbers of logs that recovery stops before are taken too: a new file must not reuse one.
             self._next_file = max(self._next_file, logs[-1] + 1)
         replayed = records = dropped = 0
+        replayed_seq = 0  # the last sequence number replayed; the first write of a store is 1
         corruption: str | None = None
         for i, number in enumerate(logs):
             replayed += 1
             log_path = f"{path}/{log_file_name(number)}"
             result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
             dropped += result.dropped_bytes
-            for payload in result.records:
+            for r, payload in enumerate(result.records):
                 seq, ops = decode_batch(payload, log_path)
+                # Writes were logged in sequence order; a record going back (a forged or misplaced one)
+                # would break the memtable's newest-last order and shadow newer writes.
+                if seq <= replayed_seq:
+                    raise CorruptionError(f"record {r} has sequence number {seq} after {replayed_seq}", log_path)
+                replayed_seq = seq + len(ops) - 1
                 for kind, key, value in ops:
                     mem.add(key, seq, kind, value)
                     seq += 1

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 from faultfs import FaultFS
-from storeutil import small_options
+from storeutil import crash, small_options
 
 import minilsm
+from minilsm.check import check_store
 from minilsm.fs import DEFAULT_FS
 from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
 
@@ -365,6 +366,34 @@ def test_a_manifest_that_disagrees_with_the_tables_is_corruption(db_path: str, f
         minilsm.DB(db_path, **small_options())
     assert e.value.path is not None and os.path.basename(e.value.path) in ("MANIFEST", *before)
     assert sorted(os.listdir(db_path)) == before  # nothing recovered or deleted over it
+
+
+@pytest.mark.parametrize(
+    ("seq", "ops"),
+    [(2**60, []), (1, [(1, b"key003", b"old")]), (5, [(0, b"key009", b"")])],
+    ids=["empty_batch_past_the_last_sequence", "sequence_back_to_the_start", "sequence_inside_the_last_record"],
+)
+def test_a_forged_log_record_behind_valid_checksums_is_corruption(db_path: str, seq: int, ops: list[Any]) -> None:
+    """Was: decode_batch left the sequence number of an empty batch unchecked, so 2**60 became the store's last
+    sequence and the next put and flush failed with ValueError (trailer out of range); and recovery took a
+    record whose sequence numbers go back as written, so b"old" at sequence 1 shadowed the newer value of
+    key003 for good (or, for a key with one version, flushes failed with ValueError)."""
+    from minilsm.batch import encode_batch
+    from minilsm.wal import LogWriter
+
+    db = minilsm.DB(db_path, **small_options(memtable_size=1 << 20))
+    for k, v in list(DATA.items())[:10]:
+        db.put(k, v)
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    writer = LogWriter(DEFAULT_FS.open_appendable(os.path.join(db_path, log)), 0)
+    writer.add_record(encode_batch(seq, ops))
+    writer.close()
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path, **small_options())
+    assert e.value.path is not None and e.value.path.endswith(log)
+    report = check_store(db_path)  # the checker agrees
+    assert [(f.file, f.damage) for f in report.findings] == [(log, True)]
 
 
 def test_an_unreadable_manifest_is_a_store_io_error(db_path: str) -> None:

@@ -309,3 +309,16 @@ def test_a_store_deeper_than_the_default_max_levels_is_an_error_not_a_traceback(
     assert sorted(os.listdir(path)) == before
     code, _, _ = run(capsys, "check", path)
     assert code == EXIT_OK
+
+
+def test_dump_describes_the_file_it_is_given(store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: a name such as 5.sst passed as a table name (parse_table_file_name took any digits), and dump
+    then read the metadata and entries of 000005.sst, the table the number spells, beside the footer of 5.sst."""
+    first, second = (os.path.join(store, n) for n in tables_of(store)[:2])
+    subprocess.run(["cp", first, str(tmp_path / "000005.sst")], check=True)
+    subprocess.run(["cp", second, str(tmp_path / "5.sst")], check=True)
+    code, _, err = run(capsys, "dump", str(tmp_path / "5.sst"))
+    assert code == EXIT_USAGE and "not a table file name" in err
+    expected = json.loads(run(capsys, "dump", second, "--json", "--entries")[1])
+    got = json.loads(run(capsys, "dump", str(tmp_path / "000005.sst"), "--json", "--entries")[1])
+    assert got["entries"] != expected["entries"]  # the copies differ: the test tells them apart

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import threading
 import weakref
 from bisect import bisect_left
@@ -58,15 +57,14 @@ from minilsm.memtable import MemTable
 from minilsm.options import Options
 from minilsm.report import ReadTrace
 from minilsm.sstable.builder import TableBuilder
-from minilsm.sstable.format import table_file_name, table_path
+from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_file_name, table_path
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
-from minilsm.wal import LogWriter, log_file_name, read_log
+from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log
 
 LOCK_NAME: Final = "LOCK"
 _log = logging.getLogger("minilsm")
-_FILE_RE: Final = re.compile(r"^(\d+)\.(sst|log)(\.tmp)?$")
 
 _MISSING: Any = object()
 
@@ -185,7 +183,7 @@ class DB:
             state = read_manifest(fs, path)
         else:
             state = ManifestState(levels=[[] for _ in range(self.options.max_levels)])
-            if any(_FILE_RE.match(name) for name in fs.listdir(path)):
+            if any(self._list_files()):
                 raise CorruptionError("table or log files present but no MANIFEST", f"{path}/{MANIFEST_NAME}")
             # A new store's manifest comes before any other file of it: a crash while
             # creating the store then leaves either no store or one that opens.
@@ -888,10 +886,19 @@ class DB:
         return self._imm_log_number if self._imm is not None else self._log.number
 
     def _list_files(self) -> Iterator[tuple[int, str, bool]]:
+        """(number, "sst" or "log", temporary?) of each table or log file, by the names the store writes only.
+
+        A look-alike name (a copy saved as ``1.log``) is not the store's: replaying it as log 1 would
+        apply that log twice.
+        """
         for name in self._fs.listdir(self.path):
-            m = _FILE_RE.match(name)
-            if m:
-                yield int(m.group(1)), m.group(2), m.group(3) is not None
+            tmp = name.endswith(TEMP_SUFFIX)
+            base = name.removesuffix(TEMP_SUFFIX)
+            number = parse_table_file_name(base)
+            if number is not None:
+                yield number, "sst", tmp
+            elif (number := parse_log_file_name(base)) is not None:
+                yield number, "log", tmp
 
     def _delete_obsolete_files(self) -> None:
         """Remove tables no live Version holds, logs the manifest no longer needs, and crash leftovers.

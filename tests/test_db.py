@@ -470,6 +470,26 @@ def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_pat
         assert os.path.basename(db._log_path(db._log.number)) not in logs
 
 
+def test_files_whose_names_the_store_never_writes_are_not_its_files(db_path: str) -> None:
+    """Regression: the store took any digits for a file number, so a copy of its log saved as 1.log was replayed
+    as log 1 a second time (its records now refused as going back in sequence), and a stray 7.sst counted as
+    a table file; minilsm check ignored both.  Only the names the store writes are its files."""
+    db = minilsm.DB(db_path, background=False)
+    db.put(b"a", b"1")
+    db.put(b"a", b"2")
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    shutil.copy(os.path.join(db_path, log), os.path.join(db_path, "1.log"))
+    with open(os.path.join(db_path, "7.sst"), "wb") as f:
+        f.write(b"not a table")
+    with minilsm.DB(db_path, background=False) as db:
+        assert db.get(b"a") == b"2"
+        assert db.recovery.logs_replayed == 1
+    assert {"1.log", "7.sst"} <= set(os.listdir(db_path))  # not the store's to delete either
+    with minilsm.DB(db_path, background=False) as db:
+        assert db.get(b"a") == b"2"
+
+
 def test_missing_table_is_corruption(db_path: str) -> None:
     with minilsm.DB(db_path) as db:
         fill(db, 50)

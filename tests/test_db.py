@@ -289,6 +289,45 @@ def test_write_batch_is_atomic_and_discarded_on_exception(db: minilsm.DB) -> Non
     assert db.get(b"d") == b"5"
 
 
+def test_a_batch_touching_one_key_many_times_ends_with_its_last_op_everywhere(db_path: str) -> None:
+    """Gap: only put-then-put was pinned.  A batch that puts and deletes one key several times must end with its
+    last op in the memtable, in the table a flush writes (one version kept), after a crash through log
+    replay, and before it for a snapshot; the batch takes one sequence number per op."""
+
+    def batch(last_put: bool) -> minilsm.WriteBatch:
+        b = minilsm.WriteBatch()
+        for v in (b"1", b"2", b"3"):
+            b.put(b"k", v)
+            b.delete(b"k")
+        if last_put:
+            b.put(b"k", b"last")
+        b.put(b"other", b"x")
+        return b
+
+    db = minilsm.DB(db_path, **small_options(memtable_size=1 << 20))
+    db.put(b"k", b"before")
+    snap = db.snapshot()
+    seq = db.last_sequence
+    db.write(batch(last_put=False))
+    assert db.last_sequence == seq + 7
+    assert db.get(b"k") is None and snap.get(b"k") == b"before"
+    db.write(batch(last_put=True))
+    assert db.last_sequence == seq + 15
+    assert db.get(b"k") == b"last" and snap.get(b"k") == b"before"
+    crash(db)
+    with minilsm.DB(db_path, **small_options(memtable_size=1 << 20)) as db:
+        assert db.recovery.records_replayed == 3
+        assert db.last_sequence == seq + 15
+        assert db.get(b"k") == b"last" and db.get(b"other") == b"x"
+        (table,) = db.tables()  # the replayed log became one table: one version per key, no snapshot left
+        assert (table.entries, table.tombstones) == (2, 0)
+        db.delete(b"k")
+        db.flush()
+        assert db.get(b"k") is None
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") is None and list(db) == [b"other"]
+
+
 def test_type_errors_and_size_limits_lose_nothing(db: minilsm.DB) -> None:
     db.put(b"keep", b"me")
     with pytest.raises(TypeError, match="bytes, not str"):

@@ -179,6 +179,7 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
     """Check every log recovery would replay (all of them when the manifest is unreadable)."""
     floor = state.log_number if state is not None else 0
     last_seq = 0  # as recovery replays them: in number order, sequence numbers only going up
+    torn: tuple[str, int] | None = None  # a torn tail no record has followed yet
     for number, name in sorted((n, name) for name in names if (n := parse_log_file_name(name)) is not None):
         if number < floor:
             report.note(name, "obsolete log, already flushed to tables (the next open deletes it)")
@@ -196,8 +197,14 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
             continue
         report.logs_checked += 1
         report.log_records_checked += len(result.records)
+        if torn is not None and result.records:
+            # Only the newest record of all can be torn by a crash (a log is synced before the next one exists).
+            report.damage(torn[0], f"the last {torn[1]} bytes are a damaged record, yet {name} holds later records")
+            torn = None
         if result.dropped_bytes:
-            report.note(name, f"torn tail of {result.dropped_bytes} bytes (a crash mid-append; the next open drops it)")
+            torn = (name, result.dropped_bytes)
+    if torn is not None:
+        report.note(torn[0], f"torn tail of {torn[1]} bytes (a crash mid-append; the next open drops it)")
 
 
 def _detail(e: CorruptionError | OSError) -> str:

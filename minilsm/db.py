@@ -235,10 +235,22 @@ class DB:
         replayed = records = dropped = 0
         replayed_seq = 0  # the last sequence number replayed; the first write of a store is 1
         corruption: str | None = None
+        torn: tuple[str, int] | None = None  # (log, bytes) of a torn tail seen, while no record followed it
         for i, number in enumerate(logs):
-            replayed += 1
             log_path = f"{path}/{log_file_name(number)}"
             result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
+            if torn is not None and result.records:
+                # A log is synced when its memtable is frozen, before the next log exists, so a crash
+                # tears only the newest record of all: an earlier log's bad end with writes after it is damage.
+                err = CorruptionError(
+                    f"the last {torn[1]} bytes are a damaged record, yet a newer log holds records", torn[0]
+                )
+                if self.options.paranoid_checks:
+                    raise err
+                corruption = str(err)
+                dropped += sum(fs.file_size(self._log_path(n)) for n in logs[i:])
+                break
+            replayed += 1
             dropped += result.dropped_bytes
             for r, payload in enumerate(result.records):
                 seq, ops = decode_batch(payload, log_path)
@@ -257,6 +269,8 @@ class DB:
                 # Later logs hold later writes: applying them past a hole would reorder history.
                 dropped += sum(fs.file_size(self._log_path(n)) for n in logs[i + 1 :])
                 break
+            if result.dropped_bytes:
+                torn = (log_path, result.dropped_bytes)
         self.recovery = RecoveryReport(replayed, records, dropped, corruption)
         if dropped and corruption is None:
             _log.warning("%s: dropped a torn record of %d bytes at the end of a log (a crash mid-write)", path, dropped)

@@ -16,8 +16,10 @@ import pytest
 from storeutil import check_invariants, crash, small_options
 
 import minilsm
+from minilsm.check import check_store
 from minilsm.fs import FileSystem
 from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
+from minilsm.wal import read_log
 
 
 @pytest.fixture(params=[False, True], ids=["inline", "background"])
@@ -473,10 +475,14 @@ class _StallFlushFS(FileSystem):
         return super().open_writable(path)
 
 
-def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_path: str, tmp_path: Any) -> None:
-    """Regression: with paranoid_checks=False, damage in the log of a frozen memtable stopped recovery before
-    the newer log, yet the report said both logs were replayed and left the newer log's bytes out of
-    dropped_bytes; and the store's new log took the skipped log's file number, truncating it in place."""
+def open_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def two_logs_left_by_a_crash(db_path: str, copy: str) -> tuple[str, str]:
+    """In `copy`, the files a crash leaves while the log of a frozen memtable (a0...) waits for its flush and
+    the next log holds the rest of a0..a9 and b0..b4; returns the two logs' paths."""
     fs = _StallFlushFS()
     db = minilsm.DB(db_path, memtable_size=600, fs=fs)
     for i in range(10):
@@ -484,7 +490,6 @@ def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_pat
     assert fs.stalled.wait(10)
     for i in range(5):
         db.put(b"b%d" % i, b"w" * 50)  # into the second log, while the first one's flush is held
-    copy = str(tmp_path / "copy")
     os.mkdir(copy)
     logs = sorted(n for n in os.listdir(db_path) if n.endswith(".log"))
     for name in [*logs, "MANIFEST"]:
@@ -493,6 +498,16 @@ def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_pat
     db.close()
     assert len(logs) == 2
     first, second = (os.path.join(copy, n) for n in logs)
+    return first, second
+
+
+def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_path: str, tmp_path: Any) -> None:
+    """Regression: with paranoid_checks=False, damage in the log of a frozen memtable stopped recovery before
+    the newer log, yet the report said both logs were replayed and left the newer log's bytes out of
+    dropped_bytes; and the store's new log took the skipped log's file number, truncating it in place."""
+    copy = str(tmp_path / "copy")
+    first, second = two_logs_left_by_a_crash(db_path, copy)
+    logs = [os.path.basename(first), os.path.basename(second)]
     size = os.path.getsize(first)
     with open(first, "r+b") as f:  # damage in the middle of the first log
         f.seek(size // 2)
@@ -507,6 +522,54 @@ def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_pat
         assert r.dropped_bytes > skipped  # the damaged log's tail and the whole newer log
         assert [db.get(b"b%d" % i) for i in range(5)] == [None] * 5
         assert os.path.basename(db._log_path(db._log.number)) not in logs
+
+
+@pytest.mark.parametrize("damage", ["truncated", "last_record_flipped"])
+def test_a_damaged_end_of_an_older_log_is_not_a_torn_tail(db_path: str, tmp_path: Any, damage: str) -> None:
+    """Regression: a damaged last record passed for a torn tail in any log, so in the log of a frozen memtable
+    (synced when it was frozen, so never torn by a crash) it was dropped in silence and the newer log was
+    replayed after the hole: the last write of that log, acknowledged, was lost while the later b0..b4
+    stayed, even with paranoid_checks.  It is damage when a newer log holds records; a torn tail only when none does."""
+    copy = str(tmp_path / "copy")
+    first, _ = two_logs_left_by_a_crash(db_path, copy)
+    size = os.path.getsize(first)
+    with open(first, "r+b") as f:
+        if damage == "truncated":
+            f.truncate(size - 20)
+        else:
+            f.seek(size - 3)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))
+    intact = len(read_log(open_bytes(first), first).records)  # alone, the log ends in a torn tail
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(copy, background=False)
+    assert e.value.path == first
+    report = check_store(copy)
+    assert [(f.file, f.damage) for f in report.findings] == [(os.path.basename(first), True)]
+    with minilsm.DB(copy, paranoid_checks=False, background=False) as db:  # the writes before the hole, only
+        n = db.recovery.records_replayed
+        assert db.recovery.corruption is not None and n == intact
+        assert [db.get(b"a%d" % i) for i in range(10)] == [b"v" * 50] * n + [None] * (10 - n)
+        assert [db.get(b"b%d" % i) for i in range(5)] == [None] * 5
+
+
+def test_a_torn_tail_before_an_empty_newer_log_is_a_torn_tail(db_path: str) -> None:
+    """A crash mid-append, then an open that failed after creating its new log: the torn record is the last
+    thing ever written, and the store opens without it."""
+    db = minilsm.DB(db_path, background=False)
+    for i in range(3):
+        db.put(b"k%d" % i, b"v")
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    path = os.path.join(db_path, log)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 1)
+    open(os.path.join(db_path, f"{int(log[:-4]) + 1:06d}.log"), "wb").close()  # the failed open's new log
+    assert check_store(db_path).ok
+    with minilsm.DB(db_path, background=False) as db:
+        assert db.recovery.dropped_bytes > 0 and db.recovery.corruption is None
+        assert [db.get(b"k%d" % i) for i in range(3)] == [b"v", b"v", None]
 
 
 def test_files_whose_names_the_store_never_writes_are_not_its_files(db_path: str) -> None:

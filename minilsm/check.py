@@ -29,7 +29,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
 from minilsm.version import Version
-from minilsm.wal import parse_log_file_name, read_log
+from minilsm.wal import log_file_name, parse_log_file_name, read_log
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +178,8 @@ def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: Check
 def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestState | None, report: CheckReport) -> None:
     """Check every log recovery would replay (all of them when the manifest is unreadable)."""
     floor = state.log_number if state is not None else 0
+    if floor and log_file_name(floor) not in names:
+        report.damage(log_file_name(floor), "missing (the manifest needs it: it holds writes no table has)")
     last_seq = 0  # as recovery replays them: in number order, sequence numbers only going up
     torn: tuple[str, int] | None = None  # a torn tail no record has followed yet
     for number, name in sorted((n, name) for name in names if (n := parse_log_file_name(name)) is not None):

@@ -229,6 +229,9 @@ class DB:
         # Replay the logs the manifest does not cover, oldest first.
         mem = MemTable()
         logs = sorted(n for n, kind, tmp in self._list_files() if kind == "log" and not tmp and n >= state.log_number)
+        if state.log_number and state.log_number not in logs:
+            # That log existed before the manifest named it and goes only after a newer manifest moves past it.
+            raise CorruptionError("log listed in the manifest is missing", self._log_path(state.log_number))
         if logs:
             # Numbers of logs that recovery stops before are taken too: a new file must not reuse one.
             self._next_file = max(self._next_file, logs[-1] + 1)

@@ -572,6 +572,25 @@ def test_a_torn_tail_before_an_empty_newer_log_is_a_torn_tail(db_path: str) -> N
         assert [db.get(b"k%d" % i) for i in range(3)] == [b"v", b"v", None]
 
 
+def test_a_missing_log_the_manifest_needs_is_corruption(db_path: str) -> None:
+    """Regression: the manifest names the oldest log holding unflushed writes, which exists from before the
+    manifest names it until a newer manifest moves past it; yet recovery replayed whatever logs it found, so
+    with that log deleted the store opened without its acknowledged writes and said nothing.  A missing
+    table was already a CorruptionError; a missing log now is too (and damage to minilsm check)."""
+    db = minilsm.DB(db_path, background=False)
+    for i in range(3):
+        db.put(b"k%d" % i, b"v", sync=True)
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    os.remove(os.path.join(db_path, log))
+    before = sorted(os.listdir(db_path))
+    with pytest.raises(minilsm.CorruptionError, match="missing") as e:
+        minilsm.DB(db_path, background=False)
+    assert e.value.path == os.path.join(db_path, log)
+    assert sorted(os.listdir(db_path)) == before
+    assert [(f.file, f.damage) for f in check_store(db_path).findings] == [(log, True)]
+
+
 def test_files_whose_names_the_store_never_writes_are_not_its_files(db_path: str) -> None:
     """Regression: the store took any digits for a file number, so a copy of its log saved as 1.log was replayed
     as log 1 a second time (its records now refused as going back in sequence), and a stray 7.sst counted as

@@ -180,7 +180,8 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
     floor = state.log_number if state is not None else 0
     if floor and log_file_name(floor) not in names:
         report.damage(log_file_name(floor), "missing (the manifest needs it: it holds writes no table has)")
-    last_seq = 0  # as recovery replays them: in number order, sequence numbers only going up
+    # As recovery replays them: in number order, sequence numbers going up from the tables' newest.
+    last_seq = max((m.max_seq for level in state.levels for m in level), default=0) if state is not None else 0
     torn: tuple[str, int] | None = None  # a torn tail no record has followed yet
     for number, name in sorted((n, name) for name in names if (n := parse_log_file_name(name)) is not None):
         if number < floor:
@@ -192,7 +193,11 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
             for r, payload in enumerate(result.records):
                 seq, ops = decode_batch(payload, log_path)
                 if seq <= last_seq:
-                    raise CorruptionError(f"record {r} has sequence number {seq} after {last_seq}", log_path)
+                    raise CorruptionError(
+                        f"record {r} has sequence number {seq}, not above {last_seq} (the tables' newest "
+                        "or the record before)",
+                        log_path,
+                    )
                 last_seq = seq + len(ops) - 1
         except (CorruptionError, OSError) as e:
             report.damage(name, _detail(e))

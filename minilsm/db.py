@@ -236,7 +236,9 @@ class DB:
             # Numbers of logs that recovery stops before are taken too: a new file must not reuse one.
             self._next_file = max(self._next_file, logs[-1] + 1)
         replayed = records = dropped = 0
-        replayed_seq = 0  # the last sequence number replayed; the first write of a store is 1
+        # Writes in these logs are newer than every table: a memtable's log falls below the log number in
+        # the same manifest that adds its table.  Past that, each record goes on from the one before.
+        replayed_seq = max((t.meta.max_seq for _, t in self._version.tables()), default=0)
         corruption: str | None = None
         torn: tuple[str, int] | None = None  # (log, bytes) of a torn tail seen, while no record followed it
         for i, number in enumerate(logs):
@@ -260,7 +262,11 @@ class DB:
                 # Writes were logged in sequence order; a record going back (a forged or misplaced one)
                 # would break the memtable's newest-last order and shadow newer writes.
                 if seq <= replayed_seq:
-                    raise CorruptionError(f"record {r} has sequence number {seq} after {replayed_seq}", log_path)
+                    raise CorruptionError(
+                        f"record {r} has sequence number {seq}, not above {replayed_seq} (the tables' newest "
+                        "or the record before)",
+                        log_path,
+                    )
                 replayed_seq = seq + len(ops) - 1
                 for kind, key, value in ops:
                     mem.add(key, seq, kind, value)

@@ -107,6 +107,21 @@ def decode_batch(payload: bytes, path: str | None = None) -> tuple[int, list[Op]
     return seq, ops
 
 
+def replayed_after(seq: int, count: int, last: int, record: int, path: str | None = None) -> int:
+    """The last sequence number of a decoded batch ``(seq, count ops)`` replayed after sequence `last`.  O(1).
+
+    Writes are logged in sequence order, so on replay each batch must start above the one before (and the
+    first above the newest table): a record going back, forged or misplaced, raises `CorruptionError`
+    naming `path` (`record` is its index in the log), since it would shadow newer writes.
+    """
+    if seq <= last:
+        raise CorruptionError(
+            f"record {record} has sequence number {seq}, not above {last} (the tables' newest or the record before)",
+            path,
+        )
+    return seq + count - 1
+
+
 class WriteBatch:
     """Puts and deletes to apply atomically, in order: a later op on a key wins.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from minilsm.batch import decode_batch
+from minilsm.batch import decode_batch, replayed_after
 from minilsm.db import LOCK_NAME
 from minilsm.errors import CorruptionError, LockError, NotFoundError
 from minilsm.fs import DEFAULT_FS, FileSystem
@@ -29,7 +29,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
 from minilsm.version import Version
-from minilsm.wal import log_file_name, parse_log_file_name, read_log
+from minilsm.wal import damaged_end, log_file_name, parse_log_file_name, read_log
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,21 +192,14 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
             result = read_log(fs.read_file(log_path), log_path, paranoid=True)
             for r, payload in enumerate(result.records):
                 seq, ops = decode_batch(payload, log_path)
-                if seq <= last_seq:
-                    raise CorruptionError(
-                        f"record {r} has sequence number {seq}, not above {last_seq} (the tables' newest "
-                        "or the record before)",
-                        log_path,
-                    )
-                last_seq = seq + len(ops) - 1
+                last_seq = replayed_after(seq, len(ops), last_seq, r, log_path)
         except (CorruptionError, OSError) as e:
             report.damage(name, _detail(e))
             continue
         report.logs_checked += 1
         report.log_records_checked += len(result.records)
         if torn is not None and result.records:
-            # Only the newest record of all can be torn by a crash (a log is synced before the next one exists).
-            report.damage(torn[0], f"the last {torn[1]} bytes are a damaged record, yet {name} holds later records")
+            report.damage(torn[0], damaged_end(*torn).detail)
             torn = None
         if result.dropped_bytes:
             torn = (name, result.dropped_bytes)

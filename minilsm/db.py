@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from minilsm import compaction, report
-from minilsm.batch import WriteBatch, decode_batch, encode_batch
+from minilsm.batch import WriteBatch, decode_batch, encode_batch, replayed_after
 from minilsm.bloom import key_hash
 from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import (
@@ -61,7 +61,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
-from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log
+from minilsm.wal import LogWriter, damaged_end, log_file_name, parse_log_file_name, read_log
 
 LOCK_NAME: Final = "LOCK"
 _log = logging.getLogger("minilsm")
@@ -245,11 +245,7 @@ class DB:
             log_path = f"{path}/{log_file_name(number)}"
             result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
             if torn is not None and result.records:
-                # A log is synced when its memtable is frozen, before the next log exists, so a crash
-                # tears only the newest record of all: an earlier log's bad end with writes after it is damage.
-                err = CorruptionError(
-                    f"the last {torn[1]} bytes are a damaged record, yet a newer log holds records", torn[0]
-                )
+                err = damaged_end(*torn)  # a bad end of an older log, with writes after it
                 if self.options.paranoid_checks:
                     raise err
                 corruption = str(err)
@@ -259,15 +255,7 @@ class DB:
             dropped += result.dropped_bytes
             for r, payload in enumerate(result.records):
                 seq, ops = decode_batch(payload, log_path)
-                # Writes were logged in sequence order; a record going back (a forged or misplaced one)
-                # would break the memtable's newest-last order and shadow newer writes.
-                if seq <= replayed_seq:
-                    raise CorruptionError(
-                        f"record {r} has sequence number {seq}, not above {replayed_seq} (the tables' newest "
-                        "or the record before)",
-                        log_path,
-                    )
-                replayed_seq = seq + len(ops) - 1
+                replayed_seq = replayed_after(seq, len(ops), replayed_seq, r, log_path)
                 for kind, key, value in ops:
                     mem.add(key, seq, kind, value)
                     seq += 1

@@ -76,7 +76,7 @@ def decode_batch(payload: bytes, path: str | None = None) -> tuple[int, list[Op]
     seq, count = _HEAD.unpack_from(payload, 0)
     if count > (n - BATCH_HEADER_SIZE) // OP_HEADER_SIZE:
         raise CorruptionError(f"write batch claims {count} operations in {n} bytes", path)
-    if count and seq + count - 1 > MAX_SEQUENCE:
+    if seq + max(count, 1) - 1 > MAX_SEQUENCE:  # an empty batch's number still becomes the last sequence
         raise CorruptionError(f"write batch sequence numbers {seq}+{count} exceed the maximum {MAX_SEQUENCE}", path)
     ops: list[Op] = []
     append = ops.append
@@ -105,6 +105,21 @@ def decode_batch(payload: bytes, path: str | None = None) -> tuple[int, list[Op]
     if pos != n:
         raise CorruptionError(f"write batch has {n - pos} bytes after its last op", path)
     return seq, ops
+
+
+def replayed_after(seq: int, count: int, last: int, record: int, path: str | None = None) -> int:
+    """The last sequence number of a decoded batch ``(seq, count ops)`` replayed after sequence `last`.  O(1).
+
+    Writes are logged in sequence order, so on replay each batch must start above the one before (and the
+    first above the newest table): a record going back, forged or misplaced, raises `CorruptionError`
+    naming `path` (`record` is its index in the log), since it would shadow newer writes.
+    """
+    if seq <= last:
+        raise CorruptionError(
+            f"record {record} has sequence number {seq}, not above {last} (the tables' newest or the record before)",
+            path,
+        )
+    return seq + count - 1
 
 
 class WriteBatch:

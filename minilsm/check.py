@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from minilsm.batch import decode_batch
+from minilsm.batch import decode_batch, replayed_after
 from minilsm.db import LOCK_NAME
 from minilsm.errors import CorruptionError, LockError, NotFoundError
 from minilsm.fs import DEFAULT_FS, FileSystem
@@ -29,7 +29,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
 from minilsm.version import Version
-from minilsm.wal import parse_log_file_name, read_log
+from minilsm.wal import damaged_end, log_file_name, parse_log_file_name, read_log
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,25 +178,33 @@ def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: Check
 def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestState | None, report: CheckReport) -> None:
     """Check every log recovery would replay (all of them when the manifest is unreadable)."""
     floor = state.log_number if state is not None else 0
-    for name in sorted(names):
-        number = parse_log_file_name(name)
-        if number is None:
-            continue
+    if floor and log_file_name(floor) not in names:
+        report.damage(log_file_name(floor), "missing (the manifest needs it: it holds writes no table has)")
+    # As recovery replays them: in number order, sequence numbers going up from the tables' newest.
+    last_seq = max((m.max_seq for level in state.levels for m in level), default=0) if state is not None else 0
+    torn: tuple[str, int] | None = None  # a torn tail no record has followed yet
+    for number, name in sorted((n, name) for name in names if (n := parse_log_file_name(name)) is not None):
         if number < floor:
             report.note(name, "obsolete log, already flushed to tables (the next open deletes it)")
             continue
         log_path = f"{path}/{name}"
         try:
             result = read_log(fs.read_file(log_path), log_path, paranoid=True)
-            for payload in result.records:
-                decode_batch(payload, log_path)
+            for r, payload in enumerate(result.records):
+                seq, ops = decode_batch(payload, log_path)
+                last_seq = replayed_after(seq, len(ops), last_seq, r, log_path)
         except (CorruptionError, OSError) as e:
             report.damage(name, _detail(e))
             continue
         report.logs_checked += 1
         report.log_records_checked += len(result.records)
+        if torn is not None and result.records:
+            report.damage(torn[0], damaged_end(*torn).detail)
+            torn = None
         if result.dropped_bytes:
-            report.note(name, f"torn tail of {result.dropped_bytes} bytes (a crash mid-append; the next open drops it)")
+            torn = (name, result.dropped_bytes)
+    if torn is not None:
+        report.note(torn[0], f"torn tail of {torn[1]} bytes (a crash mid-append; the next open drops it)")
 
 
 def _detail(e: CorruptionError | OSError) -> str:

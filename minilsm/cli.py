@@ -35,6 +35,7 @@ from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
 from minilsm.errors import Error
 from minilsm.fs import DEFAULT_FS
 from minilsm.keys import check_key, check_value
+from minilsm.options import Options
 from minilsm.report import ShowKey, dump_table, format_stats, format_tables, show_bytes, size
 
 EXIT_OK: Final = 0
@@ -72,7 +73,12 @@ def _print_json(obj: object) -> None:
 
 
 def _open(args: argparse.Namespace, *, create: bool = False, **options: Any) -> DB:
-    return DB(args.path, create_if_missing=create, background=False, **options)
+    try:
+        return DB(args.path, create_if_missing=create, background=False, **options)
+    except ValueError as e:
+        # The options are valid (argparse checked them), so the store refused them: one with tables
+        # below the default max_levels.  The store cannot be used with this command's options.
+        raise Error(str(e)) from None
 
 
 # -- commands ---------------------------------------------------------------------
@@ -241,7 +247,7 @@ def _parser() -> argparse.ArgumentParser:
     bpk = argparse.ArgumentParser(add_help=False)
     bpk.add_argument(
         "--bits-per-key",
-        type=float,
+        type=_bits_per_key,
         default=10.0,
         metavar="B",
         help="Bloom filter bits per key of the tables this writes (0: no filters; default 10)",
@@ -278,7 +284,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--bits-per-key",
-        type=float,
+        type=_bits_per_key,
         default=10.0,
         metavar="B",
         help="filter bits per key of the store with filters (default 10)",
@@ -339,6 +345,14 @@ def _positive(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return n
+
+
+def _bits_per_key(text: str) -> float:
+    # Judged by `Options` itself, so the command line accepts exactly what the library does.
+    try:
+        return Options(bits_per_key=float(text)).bits_per_key
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

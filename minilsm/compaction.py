@@ -163,8 +163,14 @@ def manual_compaction(
     """
     if options.compaction_style == "tiered":
         runs = list(version.levels[0])
-        if not runs or (len(runs) == 1 and runs[0].meta.num_deletions == 0):
+        if not runs:
             return None
+        if len(runs) == 1:
+            # Already one run: rewritten only to drop its tombstones or the versions a flush kept for
+            # snapshots (more versions than keys; the filter counts each user key once).
+            meta = runs[0].meta
+            if meta.num_deletions == 0 and meta.num_entries == runs[0].filter.num_keys:
+                return None
         # Tables below level 0 (a store made leveled, reopened tiered) may hold what a tombstone deletes.
         drops = version.bottom_level_with_data() == 0
         return Compaction(0, 0, runs, [], "manual compaction", split_output=False, drops_all_tombstones=drops)

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import threading
 import weakref
 from bisect import bisect_left
@@ -39,7 +38,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from minilsm import compaction, report
-from minilsm.batch import WriteBatch, decode_batch, encode_batch
+from minilsm.batch import WriteBatch, decode_batch, encode_batch, replayed_after
 from minilsm.bloom import key_hash
 from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import (
@@ -58,15 +57,14 @@ from minilsm.memtable import MemTable
 from minilsm.options import Options
 from minilsm.report import ReadTrace
 from minilsm.sstable.builder import TableBuilder
-from minilsm.sstable.format import table_file_name, table_path
+from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_file_name, table_path
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
-from minilsm.wal import LogWriter, log_file_name, read_log
+from minilsm.wal import LogWriter, damaged_end, log_file_name, parse_log_file_name, read_log
 
 LOCK_NAME: Final = "LOCK"
 _log = logging.getLogger("minilsm")
-_FILE_RE: Final = re.compile(r"^(\d+)\.(sst|log)(\.tmp)?$")
 
 _MISSING: Any = object()
 
@@ -78,7 +76,8 @@ class RecoveryReport:
     logs_replayed: int = 0
     records_replayed: int = 0
     dropped_bytes: int = 0
-    """Bytes of torn records dropped from log tails (a crash in the middle of an append)."""
+    """Bytes of torn records dropped from log tails (a crash in the middle of an append); with `corruption`,
+    also everything from the damage on, newer logs included."""
     corruption: str | None = None
     """With paranoid_checks=False: the damage where recovery stopped, if any."""
 
@@ -184,7 +183,7 @@ class DB:
             state = read_manifest(fs, path)
         else:
             state = ManifestState(levels=[[] for _ in range(self.options.max_levels)])
-            if any(_FILE_RE.match(name) for name in fs.listdir(path)):
+            if any(self._list_files()):
                 raise CorruptionError("table or log files present but no MANIFEST", f"{path}/{MANIFEST_NAME}")
             # A new store's manifest comes before any other file of it: a crash while
             # creating the store then leaves either no store or one that opens.
@@ -199,30 +198,64 @@ class DB:
         self._next_file = state.next_file_number
         self._last_seq = state.last_sequence
         self._compact_pointers = (list(state.compact_pointers) + [None] * max_levels)[:max_levels]
+        # The checksum says the manifest is the one its writer wrote, not that it describes these tables
+        # (a buggy writer, a restore mixing two backups): reads must never run against impossible levels.
+        manifest_path = f"{path}/{MANIFEST_NAME}"
         levels = []
-        for level in state.levels:
+        seen: set[int] = set()
+        for n, level in enumerate(state.levels):
             readers = []
             for meta in level:
-                if not fs.exists(table_path(path, meta.number)):
-                    raise CorruptionError("table listed in the manifest is missing", table_path(path, meta.number))
-                readers.append(self._open_table(meta.number))
+                table = table_path(path, meta.number)
+                if meta.number in seen:
+                    raise CorruptionError(f"table {meta.number} is listed twice (again at level {n})", manifest_path)
+                seen.add(meta.number)
+                if not fs.exists(table):
+                    raise CorruptionError("table listed in the manifest is missing", table)
+                reader = self._open_table(meta.number)
+                readers.append(reader)
+                if reader.meta != meta:
+                    raise CorruptionError(f"the manifest says {meta}, the table holds {reader.meta}", table)
                 self._next_file = max(self._next_file, meta.number + 1)
                 self._last_seq = max(self._last_seq, meta.max_seq)
             levels.append(readers)
-        self._install_version(Version(levels, self.options.max_levels))
+        version = Version(levels, self.options.max_levels)
+        try:
+            version.check_invariants()
+        except AssertionError as e:
+            raise CorruptionError(f"levels are inconsistent: {e}", manifest_path) from None
+        self._install_version(version)
 
         # Replay the logs the manifest does not cover, oldest first.
         mem = MemTable()
         logs = sorted(n for n, kind, tmp in self._list_files() if kind == "log" and not tmp and n >= state.log_number)
-        records = dropped = 0
+        if state.log_number and state.log_number not in logs:
+            # That log existed before the manifest named it and goes only after a newer manifest moves past it.
+            raise CorruptionError("log listed in the manifest is missing", self._log_path(state.log_number))
+        if logs:
+            # Numbers of logs that recovery stops before are taken too: a new file must not reuse one.
+            self._next_file = max(self._next_file, logs[-1] + 1)
+        replayed = records = dropped = 0
+        # Writes in these logs are newer than every table: a memtable's log falls below the log number in
+        # the same manifest that adds its table.  Past that, each record goes on from the one before.
+        replayed_seq = max((t.meta.max_seq for _, t in self._version.tables()), default=0)
         corruption: str | None = None
-        for number in logs:
-            self._next_file = max(self._next_file, number + 1)
+        torn: tuple[str, int] | None = None  # (log, bytes) of a torn tail seen, while no record followed it
+        for i, number in enumerate(logs):
             log_path = f"{path}/{log_file_name(number)}"
             result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
+            if torn is not None and result.records:
+                err = damaged_end(*torn)  # a bad end of an older log, with writes after it
+                if self.options.paranoid_checks:
+                    raise err
+                corruption = str(err)
+                dropped += sum(fs.file_size(self._log_path(n)) for n in logs[i:])
+                break
+            replayed += 1
             dropped += result.dropped_bytes
-            for payload in result.records:
+            for r, payload in enumerate(result.records):
                 seq, ops = decode_batch(payload, log_path)
+                replayed_seq = replayed_after(seq, len(ops), replayed_seq, r, log_path)
                 for kind, key, value in ops:
                     mem.add(key, seq, kind, value)
                     seq += 1
@@ -230,9 +263,13 @@ class DB:
                 records += 1
             if result.corruption is not None:
                 corruption = str(result.corruption)
-                break  # later logs hold later writes: applying them past a hole would reorder history
-        self.recovery = RecoveryReport(len(logs), records, dropped, corruption)
-        if dropped:
+                # Later logs hold later writes: applying them past a hole would reorder history.
+                dropped += sum(fs.file_size(self._log_path(n)) for n in logs[i + 1 :])
+                break
+            if result.dropped_bytes:
+                torn = (log_path, result.dropped_bytes)
+        self.recovery = RecoveryReport(replayed, records, dropped, corruption)
+        if dropped and corruption is None:
             _log.warning("%s: dropped a torn record of %d bytes at the end of a log (a crash mid-write)", path, dropped)
         if corruption is not None:
             _log.error("%s: recovery stopped at damage (paranoid_checks is off): %s", path, corruption)
@@ -860,10 +897,19 @@ class DB:
         return self._imm_log_number if self._imm is not None else self._log.number
 
     def _list_files(self) -> Iterator[tuple[int, str, bool]]:
+        """(number, "sst" or "log", temporary?) of each table or log file, by the names the store writes only.
+
+        A look-alike name (a copy saved as ``1.log``) is not the store's: replaying it as log 1 would
+        apply that log twice.
+        """
         for name in self._fs.listdir(self.path):
-            m = _FILE_RE.match(name)
-            if m:
-                yield int(m.group(1)), m.group(2), m.group(3) is not None
+            tmp = name.endswith(TEMP_SUFFIX)
+            base = name.removesuffix(TEMP_SUFFIX)
+            number = parse_table_file_name(base)
+            if number is not None:
+                yield number, "sst", tmp
+            elif (number := parse_log_file_name(base)) is not None:
+                yield number, "log", tmp
 
     def _delete_obsolete_files(self) -> None:
         """Remove tables no live Version holds, logs the manifest no longer needs, and crash leftovers.

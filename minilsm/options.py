@@ -74,6 +74,13 @@ class Options:
             # Caught here, not as a crash halfway through creating the store (bool is an int: refused).
             if want is not None and (not isinstance(v, want) or (isinstance(v, bool) and bool not in want)):
                 raise TypeError(f"{f.name} must be {f.type}, not {type(v).__name__}")
+            if f.type == "float" and isinstance(v, int):
+                # Such an int is used in float arithmetic: past float's range it would raise
+                # OverflowError there, in the middle of a compaction.
+                try:
+                    float(v)
+                except OverflowError:
+                    raise ValueError(f"{f.name} is too large for a float (a {v.bit_length()}-bit int)") from None
         if not isinstance(self.fs, FileSystem):
             raise TypeError(f"fs must be a minilsm.fs.FileSystem, not {type(self.fs).__name__}")
         # Past ~43 bits per key a filter gains nothing (k is capped at 30); far past it, it exhausts memory.

@@ -144,7 +144,7 @@ class Version:
         return [[t.meta for t in level] for level in self.levels]
 
     def check_invariants(self) -> None:
-        """Raise AssertionError unless levels 1+ are sorted and free of overlaps (used by tests)."""
+        """Raise AssertionError unless levels 1+ are sorted and free of overlaps (recovery checks a manifest so)."""
         for level, tables in enumerate(self.levels[1:], start=1):
             for a, b in pairwise(tables):
                 if not a.largest < b.smallest:

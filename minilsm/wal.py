@@ -192,6 +192,15 @@ def read_log(data: bytes, path: str, paranoid: bool = True) -> LogReadResult:
     return result
 
 
+def damaged_end(path: str, dropped_bytes: int) -> CorruptionError:
+    """The error for a log whose torn-looking end (`dropped_bytes` by `read_log`) a newer log's records follow.
+
+    A log is synced when its memtable is frozen, before the next log exists, so a crash tears only the
+    newest record of all: such an end is damage, and replaying the newer log after it would reorder history.
+    """
+    return CorruptionError(f"the last {dropped_bytes} bytes are a damaged record, yet a newer log holds records", path)
+
+
 def _is_torn_tail(data: bytes, pos: int) -> bool:
     """Whether the bad record at `pos` and everything after it can be what a crash mid-append leaves.
 

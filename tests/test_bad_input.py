@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 from faultfs import FaultFS
-from storeutil import small_options
+from storeutil import crash, small_options
 
 import minilsm
+from minilsm.check import check_store
+from minilsm.fs import DEFAULT_FS
 from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
 
 DATA = {b"key%03d" % i: b"value%d" % i * 20 for i in range(200)}
@@ -215,6 +217,20 @@ def test_bad_options_are_refused_before_anything_is_created(options: dict[str, A
     assert not os.path.exists(db_path)
 
 
+def test_a_float_option_given_an_int_too_large_for_a_float_is_refused(db_path: str) -> None:
+    """Regression: tiered_bucket_high=10**400 passed validation (an int is a valid float option), then the
+    first tiered pick multiplied it by a float: OverflowError out of put(), and the store was read-only."""
+    with pytest.raises(ValueError, match="tiered_bucket_high"):
+        minilsm.DB(db_path, compaction_style="tiered", tiered_bucket_high=10**400)
+    assert not os.path.exists(db_path)
+    # An unbounded bucket stays expressible, as infinity.
+    with minilsm.DB(db_path, **small_options(compaction_style="tiered", tiered_bucket_high=float("inf"))) as db:
+        for i in range(300):
+            db.put(b"k%03d" % i, b"v" * 20)
+        assert db.stats().compactions > 0
+        assert db.get(b"k123") == b"v" * 20
+
+
 @pytest.mark.parametrize("options", ["fast", {"sync": True}, 3])
 def test_an_options_argument_that_is_not_options_is_a_type_error(options: Any, db_path: str) -> None:
     """Regression: DB(path, "fast") or a dict raised AttributeError: 'str' object has no attribute 'fs'."""
@@ -311,6 +327,73 @@ def test_a_forged_manifest_body_behind_a_valid_checksum_is_corruption(db_path: s
     with pytest.raises(minilsm.CorruptionError) as e:
         minilsm.DB(db_path)
     assert e.value.path is not None and e.value.path.endswith(MANIFEST_NAME)
+
+
+@pytest.mark.parametrize("forgery", ["listed_twice", "overlapping_in_a_level", "files_swapped"])
+def test_a_manifest_that_disagrees_with_the_tables_is_corruption(db_path: str, forgery: str) -> None:
+    """Regression: DB() trusted the manifest's table list as long as its checksum matched, so a manifest
+    from a buggy writer or a restore that mixed two backups opened, and reads ran against impossible levels:
+    a table listed twice, two overlapping tables in one level (an older value then wins reads), or table
+    files whose contents are not what the manifest says.  `minilsm check` already called each of them damage."""
+    from minilsm.manifest import read_manifest, write_manifest
+
+    with minilsm.DB(db_path, **small_options()) as db:
+        for r in range(2):
+            for i in range(300):
+                db.put(b"key%03d" % i, b"value %d %d" % (r, i))
+        db.flush()
+        levels = db.version.levels
+        upper = levels[1][0]
+        lower = db.version.overlapping(2, upper.smallest, upper.largest)[0]
+        other = next(t for t in levels[2] if t.number != lower.number)
+    state = read_manifest(DEFAULT_FS, db_path)
+    by_level = [[m.number for m in level] for level in state.levels]
+    assert upper.number in by_level[1] and lower.number in by_level[2]
+    if forgery == "listed_twice":
+        state.levels[3].append(next(m for m in state.levels[2] if m.number == other.number))
+    elif forgery == "overlapping_in_a_level":
+        meta = next(m for m in state.levels[2] if m.number == lower.number)
+        state.levels[2].remove(meta)
+        state.levels[1].append(meta)
+    else:
+        a, b = (os.path.join(db_path, f"{t.number:06d}.sst") for t in (lower, other))
+        os.rename(a, a + ".x")
+        os.rename(b, a)
+        os.rename(a + ".x", b)
+    write_manifest(DEFAULT_FS, db_path, state)
+    before = sorted(os.listdir(db_path))
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path, **small_options())
+    assert e.value.path is not None and os.path.basename(e.value.path) in ("MANIFEST", *before)
+    assert sorted(os.listdir(db_path)) == before  # nothing recovered or deleted over it
+
+
+@pytest.mark.parametrize(
+    ("seq", "ops"),
+    [(2**60, []), (1, [(1, b"key003", b"old")]), (5, [(0, b"key009", b"")])],
+    ids=["empty_batch_past_the_last_sequence", "sequence_back_to_the_start", "sequence_inside_the_last_record"],
+)
+def test_a_forged_log_record_behind_valid_checksums_is_corruption(db_path: str, seq: int, ops: list[Any]) -> None:
+    """Was: decode_batch left the sequence number of an empty batch unchecked, so 2**60 became the store's last
+    sequence and the next put and flush failed with ValueError (trailer out of range); and recovery took a
+    record whose sequence numbers go back as written, so b"old" at sequence 1 shadowed the newer value of
+    key003 for good (or, for a key with one version, flushes failed with ValueError)."""
+    from minilsm.batch import encode_batch
+    from minilsm.wal import LogWriter
+
+    db = minilsm.DB(db_path, **small_options(memtable_size=1 << 20))
+    for k, v in list(DATA.items())[:10]:
+        db.put(k, v)
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    writer = LogWriter(DEFAULT_FS.open_appendable(os.path.join(db_path, log)), 0)
+    writer.add_record(encode_batch(seq, ops))
+    writer.close()
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(db_path, **small_options())
+    assert e.value.path is not None and e.value.path.endswith(log)
+    report = check_store(db_path)  # the checker agrees
+    assert [(f.file, f.damage) for f in report.findings] == [(log, True)]
 
 
 def test_an_unreadable_manifest_is_a_store_io_error(db_path: str) -> None:

@@ -276,3 +276,49 @@ def test_every_command_through_python_dash_m(store: str) -> None:
         assert results["nostore"][0] == EXIT_ERROR and results["nostore"][2].startswith("minilsm stats: ")
         *done, scan = chain.result()
         assert [code for code, _, _ in done] == [EXIT_OK] * 4 and scan == (EXIT_OK, "b\t2\n", "")
+
+
+@pytest.mark.parametrize("bits", ["-1", "nan", "1000"])
+@pytest.mark.parametrize("command", ["put", "delete", "compact", "demo"])
+def test_an_out_of_range_bits_per_key_is_a_usage_error(command: str, bits: str, tmp_path: Path) -> None:
+    """Regression: an out-of-range --bits-per-key escaped as a ValueError traceback with exit status 1,
+    the status that means "not found" or "damage found"."""
+    path = str(tmp_path / "s")
+    argv = {"put": [path, "k", "v"], "delete": [path, "k"], "compact": [path], "demo": ["--keys", "10"]}[command]
+    with pytest.raises(SystemExit) as e:
+        main([command, *argv, "--bits-per-key", bits])
+    assert e.value.code == EXIT_USAGE
+    assert not os.path.exists(path)  # refused before anything was created
+
+
+def test_a_store_deeper_than_the_default_max_levels_is_an_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: every command that opens the store died with a ValueError traceback and exit status 1
+    (the status of "not found") on a store an application made with max_levels=10 and filled below level 6."""
+    path = str(tmp_path / "deep")
+    with minilsm.DB(path, **small_options(max_levels=10, level1_max_bytes=1)) as db:
+        for i in range(200):
+            db.put(key(i), b"v" * 20)
+        assert db.version.bottom_level_with_data() >= 7
+    before = sorted(os.listdir(path))
+    for argv in (["get", path, "key00001"], ["scan", path], ["stats", path], ["put", path, "k", "v"]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (EXIT_ERROR, "")
+        assert err.startswith(f"minilsm {argv[0]}: ") and "max_levels" in err
+    assert sorted(os.listdir(path)) == before
+    code, _, _ = run(capsys, "check", path)
+    assert code == EXIT_OK
+
+
+def test_dump_describes_the_file_it_is_given(store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: a name such as 5.sst passed as a table name (parse_table_file_name took any digits), and dump
+    then read the metadata and entries of 000005.sst, the table the number spells, beside the footer of 5.sst."""
+    first, second = (os.path.join(store, n) for n in tables_of(store)[:2])
+    subprocess.run(["cp", first, str(tmp_path / "000005.sst")], check=True)
+    subprocess.run(["cp", second, str(tmp_path / "5.sst")], check=True)
+    code, _, err = run(capsys, "dump", str(tmp_path / "5.sst"))
+    assert code == EXIT_USAGE and "not a table file name" in err
+    expected = json.loads(run(capsys, "dump", second, "--json", "--entries")[1])
+    got = json.loads(run(capsys, "dump", str(tmp_path / "000005.sst"), "--json", "--entries")[1])
+    assert got["entries"] != expected["entries"]  # the copies differ: the test tells them apart

@@ -5,15 +5,21 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+from typing import Any
 
 import pytest
 from storeutil import check_invariants, crash, small_options
 
 import minilsm
+from minilsm.check import check_store
+from minilsm.fs import FileSystem
 from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
+from minilsm.wal import read_log
 
 
 @pytest.fixture(params=[False, True], ids=["inline", "background"])
@@ -285,6 +291,45 @@ def test_write_batch_is_atomic_and_discarded_on_exception(db: minilsm.DB) -> Non
     assert db.get(b"d") == b"5"
 
 
+def test_a_batch_touching_one_key_many_times_ends_with_its_last_op_everywhere(db_path: str) -> None:
+    """Gap: only put-then-put was pinned.  A batch that puts and deletes one key several times must end with its
+    last op in the memtable, in the table a flush writes (one version kept), after a crash through log
+    replay, and before it for a snapshot; the batch takes one sequence number per op."""
+
+    def batch(last_put: bool) -> minilsm.WriteBatch:
+        b = minilsm.WriteBatch()
+        for v in (b"1", b"2", b"3"):
+            b.put(b"k", v)
+            b.delete(b"k")
+        if last_put:
+            b.put(b"k", b"last")
+        b.put(b"other", b"x")
+        return b
+
+    db = minilsm.DB(db_path, **small_options(memtable_size=1 << 20))
+    db.put(b"k", b"before")
+    snap = db.snapshot()
+    seq = db.last_sequence
+    db.write(batch(last_put=False))
+    assert db.last_sequence == seq + 7
+    assert db.get(b"k") is None and snap.get(b"k") == b"before"
+    db.write(batch(last_put=True))
+    assert db.last_sequence == seq + 15
+    assert db.get(b"k") == b"last" and snap.get(b"k") == b"before"
+    crash(db)
+    with minilsm.DB(db_path, **small_options(memtable_size=1 << 20)) as db:
+        assert db.recovery.records_replayed == 3
+        assert db.last_sequence == seq + 15
+        assert db.get(b"k") == b"last" and db.get(b"other") == b"x"
+        (table,) = db.tables()  # the replayed log became one table: one version per key, no snapshot left
+        assert (table.entries, table.tombstones) == (2, 0)
+        db.delete(b"k")
+        db.flush()
+        assert db.get(b"k") is None
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") is None and list(db) == [b"other"]
+
+
 def test_type_errors_and_size_limits_lose_nothing(db: minilsm.DB) -> None:
     db.put(b"keep", b"me")
     with pytest.raises(TypeError, match="bytes, not str"):
@@ -414,6 +459,178 @@ def test_damaged_log_record_in_the_middle_is_corruption_unless_paranoid_is_off(d
         got = [db.get(b"k%d" % i) for i in range(10)]
         n = got.index(None)
         assert got[:n] == [b"v" * 50] * n and all(g is None for g in got[n:])
+
+
+class _StallFlushFS(FileSystem):
+    """Holds the first table a flush starts until `go` is set, so that a second log fills meanwhile."""
+
+    def __init__(self) -> None:
+        self.stalled = threading.Event()
+        self.go = threading.Event()
+
+    def open_writable(self, path: str) -> Any:
+        if path.endswith(".sst.tmp") and not self.go.is_set():
+            self.stalled.set()
+            self.go.wait(10)
+        return super().open_writable(path)
+
+
+def open_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def two_logs_left_by_a_crash(db_path: str, copy: str) -> tuple[str, str]:
+    """In `copy`, the files a crash leaves while the log of a frozen memtable (a0...) waits for its flush and
+    the next log holds the rest of a0..a9 and b0..b4; returns the two logs' paths."""
+    fs = _StallFlushFS()
+    db = minilsm.DB(db_path, memtable_size=600, fs=fs)
+    for i in range(10):
+        db.put(b"a%d" % i, b"v" * 50)  # fills the first log; the 10th write freezes it
+    assert fs.stalled.wait(10)
+    for i in range(5):
+        db.put(b"b%d" % i, b"w" * 50)  # into the second log, while the first one's flush is held
+    os.mkdir(copy)
+    logs = sorted(n for n in os.listdir(db_path) if n.endswith(".log"))
+    for name in [*logs, "MANIFEST"]:
+        shutil.copy(os.path.join(db_path, name), copy)  # what a crash at this moment leaves
+    fs.go.set()
+    db.close()
+    assert len(logs) == 2
+    first, second = (os.path.join(copy, n) for n in logs)
+    return first, second
+
+
+def test_recovery_that_stops_at_damage_reports_the_logs_it_did_not_replay(db_path: str, tmp_path: Any) -> None:
+    """Regression: with paranoid_checks=False, damage in the log of a frozen memtable stopped recovery before
+    the newer log, yet the report said both logs were replayed and left the newer log's bytes out of
+    dropped_bytes; and the store's new log took the skipped log's file number, truncating it in place."""
+    copy = str(tmp_path / "copy")
+    first, second = two_logs_left_by_a_crash(db_path, copy)
+    logs = [os.path.basename(first), os.path.basename(second)]
+    size = os.path.getsize(first)
+    with open(first, "r+b") as f:  # damage in the middle of the first log
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    skipped = os.path.getsize(second)
+    with minilsm.DB(copy, paranoid_checks=False, background=False) as db:
+        r = db.recovery
+        assert r.corruption is not None and 0 < r.records_replayed < 10
+        assert r.logs_replayed == 1
+        assert r.dropped_bytes > skipped  # the damaged log's tail and the whole newer log
+        assert [db.get(b"b%d" % i) for i in range(5)] == [None] * 5
+        assert os.path.basename(db._log_path(db._log.number)) not in logs
+
+
+@pytest.mark.parametrize("damage", ["truncated", "last_record_flipped"])
+def test_a_damaged_end_of_an_older_log_is_not_a_torn_tail(db_path: str, tmp_path: Any, damage: str) -> None:
+    """Regression: a damaged last record passed for a torn tail in any log, so in the log of a frozen memtable
+    (synced when it was frozen, so never torn by a crash) it was dropped in silence and the newer log was
+    replayed after the hole: the last write of that log, acknowledged, was lost while the later b0..b4
+    stayed, even with paranoid_checks.  It is damage when a newer log holds records; a torn tail only when none does."""
+    copy = str(tmp_path / "copy")
+    first, _ = two_logs_left_by_a_crash(db_path, copy)
+    size = os.path.getsize(first)
+    with open(first, "r+b") as f:
+        if damage == "truncated":
+            f.truncate(size - 20)
+        else:
+            f.seek(size - 3)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))
+    intact = len(read_log(open_bytes(first), first).records)  # alone, the log ends in a torn tail
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(copy, background=False)
+    assert e.value.path == first
+    report = check_store(copy)
+    assert [(f.file, f.damage) for f in report.findings] == [(os.path.basename(first), True)]
+    with minilsm.DB(copy, paranoid_checks=False, background=False) as db:  # the writes before the hole, only
+        n = db.recovery.records_replayed
+        assert db.recovery.corruption is not None and n == intact
+        assert [db.get(b"a%d" % i) for i in range(10)] == [b"v" * 50] * n + [None] * (10 - n)
+        assert [db.get(b"b%d" % i) for i in range(5)] == [None] * 5
+
+
+def test_a_torn_tail_before_an_empty_newer_log_is_a_torn_tail(db_path: str) -> None:
+    """A crash mid-append, then an open that failed after creating its new log: the torn record is the last
+    thing ever written, and the store opens without it."""
+    db = minilsm.DB(db_path, background=False)
+    for i in range(3):
+        db.put(b"k%d" % i, b"v")
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    path = os.path.join(db_path, log)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 1)
+    open(os.path.join(db_path, f"{int(log[:-4]) + 1:06d}.log"), "wb").close()  # the failed open's new log
+    assert check_store(db_path).ok
+    with minilsm.DB(db_path, background=False) as db:
+        assert db.recovery.dropped_bytes > 0 and db.recovery.corruption is None
+        assert [db.get(b"k%d" % i) for i in range(3)] == [b"v", b"v", None]
+
+
+def test_a_missing_log_the_manifest_needs_is_corruption(db_path: str) -> None:
+    """Regression: the manifest names the oldest log holding unflushed writes, which exists from before the
+    manifest names it until a newer manifest moves past it; yet recovery replayed whatever logs it found, so
+    with that log deleted the store opened without its acknowledged writes and said nothing.  A missing
+    table was already a CorruptionError; a missing log now is too (and damage to minilsm check)."""
+    db = minilsm.DB(db_path, background=False)
+    for i in range(3):
+        db.put(b"k%d" % i, b"v", sync=True)
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    os.remove(os.path.join(db_path, log))
+    before = sorted(os.listdir(db_path))
+    with pytest.raises(minilsm.CorruptionError, match="missing") as e:
+        minilsm.DB(db_path, background=False)
+    assert e.value.path == os.path.join(db_path, log)
+    assert sorted(os.listdir(db_path)) == before
+    assert [(f.file, f.damage) for f in check_store(db_path).findings] == [(log, True)]
+
+
+def test_a_log_older_than_the_tables_is_corruption(db_path: str) -> None:
+    """Regression: every write in a log the manifest says to replay is newer than every table (a memtable's
+    log falls below the manifest's log number in the same manifest that adds its table).  Recovery did not
+    check it, so a log from an older backup restored under the current log's name put b"v1" in the memtable,
+    where it shadowed the acknowledged b"v2" of a table."""
+    db = minilsm.DB(db_path, background=False)
+    db.put(b"k", b"v1", sync=True)
+    crash(db)
+    (old_log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    old = open_bytes(os.path.join(db_path, old_log))
+    with minilsm.DB(db_path, background=False) as db:
+        db.put(b"k", b"v2", sync=True)
+        db.flush()
+        current = db._log_path(db._log.number)
+    with open(current, "wb") as f:  # the restore
+        f.write(old)
+    with pytest.raises(minilsm.CorruptionError, match="sequence number 1") as e:
+        minilsm.DB(db_path, background=False)
+    assert e.value.path == current
+    assert [(f.file, f.damage) for f in check_store(db_path).findings] == [(os.path.basename(current), True)]
+
+
+def test_files_whose_names_the_store_never_writes_are_not_its_files(db_path: str) -> None:
+    """Regression: the store took any digits for a file number, so a copy of its log saved as 1.log was replayed
+    as log 1 a second time (its records now refused as going back in sequence), and a stray 7.sst counted as
+    a table file; minilsm check ignored both.  Only the names the store writes are its files."""
+    db = minilsm.DB(db_path, background=False)
+    db.put(b"a", b"1")
+    db.put(b"a", b"2")
+    crash(db)
+    (log,) = (n for n in os.listdir(db_path) if n.endswith(".log"))
+    shutil.copy(os.path.join(db_path, log), os.path.join(db_path, "1.log"))
+    with open(os.path.join(db_path, "7.sst"), "wb") as f:
+        f.write(b"not a table")
+    with minilsm.DB(db_path, background=False) as db:
+        assert db.get(b"a") == b"2"
+        assert db.recovery.logs_replayed == 1
+    assert {"1.log", "7.sst"} <= set(os.listdir(db_path))  # not the store's to delete either
+    with minilsm.DB(db_path, background=False) as db:
+        assert db.get(b"a") == b"2"
 
 
 def test_missing_table_is_corruption(db_path: str) -> None:

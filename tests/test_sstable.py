@@ -349,7 +349,8 @@ def test_file_names() -> None:
     assert table_file_name(12) == "000012.sst"
     assert table_file_name(1234567) == "1234567.sst"
     assert parse_table_file_name("000012.sst") == 12
-    for name in ["000012.sst.tmp", "MANIFEST", "x.sst", "000012.log", ".sst", "١٢.sst"]:
+    assert parse_table_file_name("1234567.sst") == 1234567
+    for name in ["000012.sst.tmp", "MANIFEST", "x.sst", "000012.log", ".sst", "١٢.sst", "12.sst", "0000012.sst"]:
         assert parse_table_file_name(name) is None
 
 

@@ -78,7 +78,9 @@ def parse_table_file_name(name: str) -> int | None:
     stem = name.removesuffix(TABLE_SUFFIX)
     if stem == name or not stem.isascii() or not stem.isdigit():
         return None
-    return int(stem)
+    number = int(stem)
+    # Only the canonical spelling: "5.sst" is not the name of table 5, which is "000005.sst".
+    return number if table_file_name(number) == name else None
 
 
 # -- blocks -----------------------------------------------------------------------

@@ -339,7 +339,8 @@ class BloomFilter:
         """False if `key` was certainly never added; True if it may have been.  O(len(key) + k)."""
         return self.may_contain_hash(key_hash(key))
 
-    __contains__ = may_contain
+    def __contains__(self, key: bytes) -> bool:
+        return self.may_contain(key)
 
     def may_contain_hash(self, h: KeyHash) -> bool:
         """`may_contain` for a key already hashed with `key_hash`.  O(k), about 2 bit tests for an absent key.

@@ -71,7 +71,8 @@ class CheckReport:
         )
         return "\n".join(lines)
 
-    __str__ = render
+    def __str__(self) -> str:
+        return self.render()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,8 +170,8 @@ def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: Check
                 reader.close()
     try:
         Version(readers, max(len(readers), 2)).check_invariants()
-    except AssertionError as e:
-        report.damage(MANIFEST_NAME, f"levels are inconsistent: {e}")
+    except AssertionError as broken:
+        report.damage(MANIFEST_NAME, f"levels are inconsistent: {broken}")
     return seen
 
 

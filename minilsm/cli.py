@@ -351,12 +351,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"minilsm {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (Error, OSError) as e:
-        if isinstance(e, BrokenPipeError):
+    except (Error, OSError) as err:
+        if isinstance(err, BrokenPipeError):
             # The reader of our output went away (`minilsm scan ... | head`): not an error.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
-        print(f"minilsm {args.command}: {e}", file=sys.stderr)
+        print(f"minilsm {args.command}: {err}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(f"minilsm {args.command}: interrupted", file=sys.stderr)

@@ -146,7 +146,8 @@ class CountingBloomFilter:
         """False if `key` is certainly not present; True if it may be.  O(len(key) + k)."""
         return self.may_contain_hash(key_hash(key))
 
-    __contains__ = may_contain
+    def __contains__(self, key: bytes) -> bool:
+        return self.may_contain(key)
 
     def may_contain_hash(self, h: KeyHash) -> bool:
         """`may_contain` for a key already hashed with `key_hash`.  O(k)."""

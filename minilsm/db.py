@@ -153,9 +153,9 @@ class DB:
                 self._file_cache.clear()
                 self._file_lock.release()
                 raise
-        except OSError as e:
+        except OSError as err:
             # Every file operation of an open (and of the recovery it runs) reports as a minilsm error.
-            raise StoreIOError(f"{path}: opening the store failed: {e}") from e
+            raise StoreIOError(f"{path}: opening the store failed: {err}") from err
         self._closed = False
         if self.options.background:
             self._bg_thread = threading.Thread(target=self._background_loop, name=f"minilsm-bg:{path}", daemon=True)
@@ -580,15 +580,13 @@ class DB:
         """Write the memtable to a level-0 table now, and wait until it is durable."""
         with self._mutex:
             self._check_writable()
-            while self._imm is not None:
-                self._wait_for_background()
+            self._wait_for_flush()
             if self._mem.empty:
                 return
             self._freeze_memtable()
             if not self.options.background:
                 self._do_background_work()
-            while self._imm is not None:
-                self._wait_for_background()
+            self._wait_for_flush()
 
     def compact_range(self, start: bytes | None = None, stop: bytes | None = None) -> None:
         """Compact the keys in [start, stop] (None: unbounded) down to the bottom level.
@@ -653,6 +651,11 @@ class DB:
         else:
             self._do_background_work()
 
+    def _wait_for_flush(self) -> None:
+        """Wait (mutex held) until the frozen memtable, if any, is in a table."""
+        while self._imm is not None:
+            self._wait_for_background()
+
     def _background_loop(self) -> None:
         with self._mutex:
             while True:
@@ -672,11 +675,11 @@ class DB:
 
     def _do_background_work(self) -> None:
         """Inline mode: flush and compact until nothing is due (mutex held)."""
-        while self._bg_error is None and self._has_background_work():
+        self._check_writable()
+        while self._has_background_work():
             self._do_one_background_job()
             if self._bg_error is not None:
                 raise self._bg_error  # this call's own failure; later writes get ReadOnlyError
-        self._check_writable()
 
     def _do_one_background_job(self) -> None:
         try:
@@ -695,8 +698,8 @@ class DB:
             self._delete_obsolete_files()
         except OSError as e:
             self._fail_writes("a background flush or compaction", e)
-        except Exception as e:
-            self._bg_error = e
+        except Exception as err:
+            self._bg_error = err
             self._cond.notify_all()
 
     def _flush_immutable(self) -> None:
@@ -1036,8 +1039,6 @@ class Snapshot:
         self._sid = sid
         self.sequence = seq
         self._closed = False
-        # Release the snapshot if it is dropped without close(), so compaction is not held back forever.
-        self._finalizer = weakref.finalize(self, db._release_snapshot, sid)
 
     def _check(self) -> None:
         if self._closed:
@@ -1078,7 +1079,12 @@ class Snapshot:
         """Release the snapshot: compaction may now drop the versions only it could see."""
         if not self._closed:
             self._closed = True
-            self._finalizer()
+            self._db._release_snapshot(self._sid)
+
+    def __del__(self) -> None:
+        # Release the snapshot if it is dropped without close(), so compaction is not held back forever.
+        # (Not `weakref.finalize`: a class compiled by mypyc cannot be weakly referenced.)
+        self.close()
 
     def __enter__(self) -> Snapshot:
         return self

@@ -207,7 +207,8 @@ class DemoResult:
             ]
         return "\n".join(lines)
 
-    __str__ = render
+    def __str__(self) -> str:
+        return self.render()
 
 
 def _trim(levels: Sequence[int]) -> Sequence[int]:

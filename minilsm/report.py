@@ -247,7 +247,8 @@ class ReadTrace:
         )
         return "\n".join(lines)
 
-    __str__ = render
+    def __str__(self) -> str:
+        return self.render()
 
     def to_dict(self, show_key: ShowKey = bytes.hex) -> dict[str, Any]:
         return {
@@ -542,7 +543,8 @@ class TableDump:
             )
         return "\n".join(lines)
 
-    __str__ = render
+    def __str__(self) -> str:
+        return self.render()
 
     def to_dict(self, show_key: ShowKey = bytes.hex) -> dict[str, Any]:
         f, bloom = self.footer, self.filter

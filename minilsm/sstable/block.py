@@ -254,8 +254,8 @@ class Block:
             key_len, value_len, trailer = ENTRY_HEADER.unpack_from(data, o)
         except IndexError as e:
             raise CorruptionError(f"data block: hash index points at entry {i} of {self.count}") from e
-        except struct.error as e:
-            raise CorruptionError("data block: entry header runs past the block") from e
+        except struct.error as short:
+            raise CorruptionError("data block: entry header runs past the block") from short
         o += _HEADER_SIZE
         end = offsets[i + 1] if i + 1 < self.count else self.limit
         if o + key_len + value_len != end:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass, fields
-from typing import Final, NamedTuple
+from dataclasses import dataclass
+from typing import Final, NamedTuple, get_type_hints
 
 import xxhash
 
@@ -292,9 +292,11 @@ class TableMeta:
 _TAG_U64: Final = 1
 _TAG_F64: Final = 2
 _TAG_BYTES: Final = 3
+# By the resolved annotations, in field order: a field's `type` is the annotation's text here but the class
+# itself once mypyc compiles the module.
 _PROPERTY_TAGS: Final = {
-    f.name: _TAG_BYTES if f.type == "bytes" else _TAG_F64 if f.type == "float" else _TAG_U64
-    for f in fields(TableProperties)
+    name: _TAG_BYTES if t is bytes else _TAG_F64 if t is float else _TAG_U64
+    for name, t in get_type_hints(TableProperties).items()
 }
 
 

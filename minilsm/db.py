@@ -370,9 +370,15 @@ class DB:
         return WriteBatch(_writer=lambda batch: self.write(batch, sync=sync))
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
-        """Apply every operation of `batch` atomically: after a crash too, all or none."""
+        """Apply every operation of `batch` atomically: after a crash too, all or none.
+
+        A bound batch that was already written or discarded (`WriteBatch.closed`) raises `ClosedError`, as its
+        own `write` does: applying it again would put its old values back over newer writes.
+        """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
+        if batch.closed:
+            raise ClosedError("write batch was already written")
         ops = tuple(batch)
         if ops:
             self._write(ops, sync)

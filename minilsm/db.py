@@ -512,6 +512,7 @@ class DB:
         """The read at sequence number `seq` (a snapshot's, or one the caller holds still), or the latest if None."""
         stats = self._stats
         stats.gets += 1
+        found: tuple[int, bytes] | None
         while True:
             at = self._last_seq if seq is None else seq
             found = self._mem.get(key, at)
@@ -521,13 +522,13 @@ class DB:
                 if imm is not None:
                     found = imm.get(key, at)
                     where = "immutable memtable"
-            if found is not None:
-                break
-            version = self._version
-            if seq is not None or version.installed_at <= at:
-                break
-            # A flush or compaction finished after `at` was read and may have dropped the version it sees
-            # (see the module docstring): read again at the sequence number of now.
+                if found is None:
+                    version = self._version
+                    if version.installed_at > at and seq is None:
+                        # A flush or compaction finished after `at` was read and may have dropped the version
+                        # it sees (see the module docstring): read again at the sequence number of now.
+                        continue
+            break
         if trace is not None:
             trace.append(
                 {"source": "memtable", "outcome": "miss" if found is None else _outcome(found[0]), "where": where}

@@ -17,9 +17,13 @@ Background work (one thread, or inline with ``background=False``):
 
 Locking: `_mutex` serializes writers and guards the state that changes
 (memtables, version, manifest fields).  Point reads take no lock: they read
-`_mem`, `_imm` and `_version` in that order, and the background thread installs
-a new version *before* it drops the frozen memtable, so a reader always finds
-each write in at least one of the places it looks.
+the last sequence number, then `_mem`, `_imm` and `_version` in that order, and
+the background thread installs a new version *before* it drops the frozen
+memtable, so a reader always finds each write in at least one of the places it
+looks.  A flush or compaction keeps only the newest version of a key (and those
+snapshots see), so a version installed after the reader took its sequence
+number may lack the one that number sees: such a read starts again with a newer
+number (`Version.installed_at` tells).  A snapshot's reads need no such check.
 """
 
 from __future__ import annotations
@@ -370,9 +374,15 @@ class DB:
         return WriteBatch(_writer=lambda batch: self.write(batch, sync=sync))
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
-        """Apply every operation of `batch` atomically: after a crash too, all or none."""
+        """Apply every operation of `batch` atomically: after a crash too, all or none.
+
+        A bound batch that was already written or discarded (`WriteBatch.closed`) raises `ClosedError`, as its
+        own `write` does: applying it again would put its old values back over newer writes.
+        """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
+        if batch.closed:
+            raise ClosedError("write batch was already written")
         ops = tuple(batch)
         if ops:
             self._write(ops, sync)
@@ -496,25 +506,36 @@ class DB:
             key = check_key(key)
         if self._closed:
             raise ClosedError(f"{self.path}: the store is closed")
-        return self._get(key, self._last_seq, default, None)
+        return self._get(key, None, default, None)
 
-    def _get(self, key: bytes, seq: int, default: Any, trace: Trace | None) -> Any:
+    def _get(self, key: bytes, seq: int | None, default: Any, trace: Trace | None) -> Any:
+        """The read at sequence number `seq` (a snapshot's, or one the caller holds still), or the latest if None."""
         stats = self._stats
         stats.gets += 1
-        found = self._mem.get(key, seq)
-        where = "memtable"
-        if found is None:
-            imm = self._imm
-            if imm is not None:
-                found = imm.get(key, seq)
-                where = "immutable memtable"
+        found: tuple[int, bytes] | None
+        while True:
+            at = self._last_seq if seq is None else seq
+            found = self._mem.get(key, at)
+            where = "memtable"
+            if found is None:
+                imm = self._imm
+                if imm is not None:
+                    found = imm.get(key, at)
+                    where = "immutable memtable"
+                if found is None:
+                    version = self._version
+                    if version.installed_at > at and seq is None:
+                        # A flush or compaction finished after `at` was read and may have dropped the version
+                        # it sees (see the module docstring): read again at the sequence number of now.
+                        continue
+            break
         if trace is not None:
             trace.append(
                 {"source": "memtable", "outcome": "miss" if found is None else _outcome(found[0]), "where": where}
             )
         if found is None:
             try:
-                found = self._version.get(key, key_hash(key), seq, trace)
+                found = version.get(key, key_hash(key), at, trace)
             except OSError as e:
                 raise StoreIOError(f"{self.path}: a read failed: {e}") from e
             if found is not None and found[0] == KIND_VALUE:
@@ -548,12 +569,12 @@ class DB:
         visited.
         """
         return self._iterator(
-            self._last_seq, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
+            None, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
         )
 
     def _iterator(
         self,
-        seq: int,
+        seq: int | None,
         start: bytes | None,
         stop: bytes | None,
         prefix: bytes | None,
@@ -579,9 +600,14 @@ class DB:
             pstart, pstop = prefix_bounds(check_key(prefix))
             start = pstart if start is None else max(start, pstart)
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
-        mem, imm, version = self._mem, self._imm, self._version
+        while True:
+            at = self._last_seq if seq is None else seq
+            mem, imm, version = self._mem, self._imm, self._version
+            # As in `_get`: a version installed after `at` was read may lack a version `at` sees.
+            if seq is not None or version.installed_at <= at:
+                break
         # An empty memtable adds nothing to merge: whatever it gets later has a sequence number
-        # above `seq`, and a Version never changes.  Nor does a table outside the range.
+        # above `at`, and a Version never changes.  Nor does a table outside the range.
         sources: list[Iterator[Entry]] = [
             m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
         ]
@@ -596,7 +622,7 @@ class DB:
                 ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
                 sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
         pin = _Pin(version, self._released_superseded_version)
-        pairs = merge_visible(sources, seq, reverse, pin.release)
+        pairs = merge_visible(sources, at, reverse, pin.release)
         return DBIterator(pairs, pin, include_key, include_value)
 
     def _released_superseded_version(self) -> None:
@@ -876,6 +902,7 @@ class DB:
         old: Version | None = getattr(self, "_version", None)  # None while recovery installs the first
         if old is not None:
             old.superseded = True
+        version.installed_at = self._last_seq  # under the mutex, so no write lands in between
         self._versions.add(version)
         self._version = version
 

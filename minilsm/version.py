@@ -27,7 +27,7 @@ Trace = list[dict[str, object]]
 class Version:
     """Live tables by level.  Build with `Version(levels)` or `version.apply(...)`; never mutated."""
 
-    __slots__ = ("__weakref__", "_largest", "_smallest", "_sorted_levels", "levels", "superseded")
+    __slots__ = ("__weakref__", "_largest", "_smallest", "_sorted_levels", "installed_at", "levels", "superseded")
 
     def __init__(self, levels: Iterable[Iterable[TableReader]], max_levels: int) -> None:
         lv = [list(level) for level in levels]
@@ -40,6 +40,10 @@ class Version:
         self.levels: tuple[tuple[TableReader, ...], ...] = tuple(tuple(level) for level in lv)
         self.superseded = False
         """Set when the store installs a newer Version: this one now only serves old readers."""
+        self.installed_at = 0
+        """The store's last sequence number when it installed this Version.  The flushes and compactions that
+        made it dropped only versions shadowed at or below that number, so it answers any read at a sequence
+        number at least this; an older read not protected by a snapshot may find a version missing."""
         # For levels 1+, the largest keys of the tables, to bisect on; empty levels are left out
         # so that a read does not even loop over them.
         # Per level, the tables' smallest and largest keys, to bisect on (built once:

@@ -291,6 +291,25 @@ def test_write_batch_is_atomic_and_discarded_on_exception(db: minilsm.DB) -> Non
     assert db.get(b"d") == b"5"
 
 
+def test_a_bound_batch_once_written_or_discarded_is_not_written_again_through_db_write(db: minilsm.DB) -> None:
+    """A batch of ``with db.write_batch()`` is closed once written or discarded, and writing it again raises
+    ClosedError.  ``db.write(batch)`` did not ask: it applied the spent batch a second time, so an old value
+    overwrote a newer write."""
+    with db.write_batch() as wb:
+        wb.put(b"k", b"old")
+    db.put(b"k", b"new")
+    with pytest.raises(minilsm.ClosedError):
+        db.write(wb)
+    assert db.get(b"k") == b"new"
+    with pytest.raises(RuntimeError), db.write_batch() as discarded:
+        discarded.put(b"k", b"discarded")
+        raise RuntimeError("boom")
+    seq = db.last_sequence
+    with pytest.raises(minilsm.ClosedError):
+        db.write(discarded)
+    assert db.get(b"k") == b"new" and db.last_sequence == seq
+
+
 def test_a_batch_touching_one_key_many_times_ends_with_its_last_op_everywhere(db_path: str) -> None:
     """Gap: only put-then-put was pinned.  A batch that puts and deletes one key several times must end with its
     last op in the memtable, in the table a flush writes (one version kept), after a crash through log

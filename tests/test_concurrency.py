@@ -293,6 +293,22 @@ class GateFS(minilsm.fs.FileSystem):
         return super().open_writable(path)
 
 
+def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException | None]]:
+    """Run `call` in a started daemon thread; the list then gets None if it returns, or what it raised."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
 def test_close_stops_a_flush_waiting_in_another_thread(db_path: str) -> None:
     """close() while flush() waits for the background thread: the flush gets ClosedError, it does not hang."""
     fs = GateFS(3)  # two flushes, then the compaction they start is held at the gate
@@ -302,17 +318,7 @@ def test_close_stops_a_flush_waiting_in_another_thread(db_path: str) -> None:
         db.flush()
     assert fs.reached.wait(10), "the background compaction never started"
     db.put(b"k", b"2")
-    outcome: list[BaseException | None] = []
-
-    def flush() -> None:
-        try:
-            db.flush()
-            outcome.append(None)
-        except BaseException as e:
-            outcome.append(e)
-
-    flusher = threading.Thread(target=flush, daemon=True)
-    flusher.start()
+    flusher, outcome = in_thread(db.flush)
     while db._imm is None:  # the flush froze the memtable and now waits for the background thread
         time.sleep(0.001)
     closer = threading.Thread(target=db.close, daemon=True)
@@ -336,17 +342,7 @@ def test_close_waits_for_a_manual_compaction_in_another_thread(db_path: str) -> 
     for n in range(2):
         db.put(b"k", b"%d" % n)
         db.flush()
-    outcome: list[BaseException | None] = []
-
-    def compact() -> None:
-        try:
-            db.compact_range()
-            outcome.append(None)
-        except BaseException as e:
-            outcome.append(e)
-
-    compactor = threading.Thread(target=compact, daemon=True)
-    compactor.start()
+    compactor, outcome = in_thread(db.compact_range)
     assert fs.reached.wait(10), "the manual compaction never started"
     at_close: list[tuple[list[str], bytes]] = []
 

@@ -501,6 +501,16 @@ def test_regression_the_directory_check_goes_through_the_file_system(tmp_path: o
         minilsm.DB(str(tmp_path), fs=NoDirs())
 
 
+def fifty_keys_ready_for(db: minilsm.DB, call: str) -> None:
+    """k00..k49 = v0..v49 in the memtable; for `compact_range`, two level-0 tables instead (k00 = new in the newer)."""
+    for i in range(50):
+        db.put(b"k%02d" % i, b"v%d" % i)
+    if call == "compact_range":
+        db.flush()
+        db.put(b"k00", b"new")
+        db.flush()
+
+
 @pytest.mark.parametrize(
     ("kind", "call"),
     [
@@ -516,13 +526,8 @@ def test_regression_a_failed_flush_or_compaction_raises_store_io_error_then_read
     """Was: the raw OSError (inline flush, new log, manual compaction), or ReadOnlyError for the call that failed."""
     fs = FaultFS()
     db = minilsm.DB(os.path.join(str(tmp_path), "db"), **small_options(fs=fs, memtable_size=1 << 20))
-    for i in range(50):
-        db.put(b"k%d" % i, b"v%d" % i)
-    if call == "compact_range":
-        db.flush()
-        db.put(b"k0", b"new")
-        db.flush()
-    elif call == "put":
+    fifty_keys_ready_for(db, call)
+    if call == "put":
         db.close()
         db = minilsm.DB(db.path, **small_options(fs=fs, memtable_size=10))
         db.put(b"full", b"memtable")  # the next put freezes and flushes it
@@ -534,11 +539,11 @@ def test_regression_a_failed_flush_or_compaction_raises_store_io_error_then_read
         db.put(b"after", b"failure")
     with pytest.raises(ReadOnlyError):
         db.flush()
-    assert db.get(b"k1") == b"v1" and db.get(b"after") is None  # reads still work
+    assert db.get(b"k01") == b"v1" and db.get(b"after") is None  # reads still work
     db.close()
     with minilsm.DB(db.path, **small_options()) as db:  # a reopen makes it writable again
         db.put(b"after", b"reopen")
-        assert db.get(b"k1") == b"v1"
+        assert db.get(b"k01") == b"v1"
 
 
 @pytest.mark.parametrize("kind", ["write", "sync", "rename", "sync_dir"])
@@ -635,12 +640,7 @@ def test_regression_no_file_is_deleted_after_a_failed_manifest_write(call: str, 
     fs = FaultFS()
     path = os.path.join(str(tmp_path), "db")
     db = minilsm.DB(path, **small_options(fs=fs, memtable_size=1 << 20, level0_compaction_trigger=4))
-    for i in range(50):
-        db.put(b"k%02d" % i, b"v%d" % i)
-    if call == "compact_range":
-        db.flush()
-        db.put(b"k00", b"new")
-        db.flush()
+    fifty_keys_ready_for(db, call)
     it = db.iterator()  # holds the version the failed call replaces in memory
     fs.arm("rename", 2)  # the output table's rename succeeds, the manifest's fails
     with pytest.raises(StoreIOError):

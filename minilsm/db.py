@@ -716,8 +716,8 @@ class DB:
     def wait_for_compactions(self) -> None:
         """Return once no flush or compaction is due or running (RocksDB's ``WaitForCompact``).
 
-        For benchmarks and tests that measure a settled store.  Writes from other
-        threads meanwhile can make more work.  Returns at once when the store is
+        For benchmarks and tests that measure a settled store.  Writes (and, through
+        seek compaction, reads) from other threads meanwhile can make more work.  Returns at once when the store is
         closing or closed, or once background work has failed (writes report it).
         """
         with self._mutex:

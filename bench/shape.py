@@ -3,8 +3,8 @@
 ``python -m bench.shape [--num N] [--reads R] [--json PATH]`` loads minilsm and LevelDB the way
 ``python -m bench`` does (every key once in random order, then `num` overwrites), closes, reopens and
 settles them, then reads present and absent keys in four equal parts, printing the tables per level
-after each part: LevelDB's seek compaction (a table probed too often without a hit is compacted into
-the level below) changes its shape during reads, minilsm's never does.  Then it runs minilsm's
+after each part: seek compaction (a table probed too often without a hit is compacted into the level
+below) changes both stores' shapes during reads.  Then it runs minilsm's
 `compact_range`, which leaves one table per key range, and reads again: the rate a missing-key read
 reaches when only one filter is asked, whatever the store's history.
 """

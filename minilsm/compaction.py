@@ -17,6 +17,10 @@ Two styles, as in RocksDB:
   Only runs adjacent in age merge, so "newest run first" stays a valid read
   order (Cassandra instead reconciles by timestamp on every read).
 
+When no level is over its limit, leveled compaction also does LevelDB's **seek
+compaction** (`seek_compaction`): a table that reads keep probing in vain is
+merged into the level below, so that those reads ask one filter fewer.
+
 What may be dropped is decided by `drop_dead`, which flushes use too.
 """
 
@@ -26,6 +30,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Final
 
 from minilsm.iterators import Entry, concat, merge
 from minilsm.keys import KIND_DELETE
@@ -74,13 +79,29 @@ class Compaction:
         return all(a.largest < b.smallest for a, b in pairwise(ordered))
 
 
+SEEK_ALLOWANCE_MIN: Final = 100
+"""Fewest vain probes a table is allowed before seek compaction takes it (LevelDB's ``allowed_seeks`` floor)."""
+SEEK_ALLOWANCE_BYTES: Final = 16 << 10
+"""Bytes of a table per allowed vain probe.  LevelDB (db/version_set.cc) reckons that one disk seek costs about
+as much as compacting 16 KiB, so a table may waste as many seeks as its compaction would cost.  That is tuned
+for disk seeks, not for minilsm's in-memory filter probes; minilsm keeps LevelDB's figure for parity."""
+
+
+def seek_allowance(t: TableReader) -> int:
+    """Vain probes (`TableReader.seek_charge`) table `t` may take before seek compaction is due.  O(1)."""
+    return max(SEEK_ALLOWANCE_MIN, t.file_size // SEEK_ALLOWANCE_BYTES)
+
+
 def max_bytes_for_level(options: Options, level: int) -> int:
     """Size limit of level >= 1: level1_max_bytes * multiplier^(level-1)."""
     return int(options.level1_max_bytes * options.level_size_multiplier ** (level - 1))
 
 
 def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes | None]) -> Compaction | None:
-    """The most urgent compaction, or None when every level is within its limits.  O(tables)."""
+    """The most urgent compaction, or None when nothing is due.  O(tables).
+
+    Leveled: the level most over its size limit; if none is, a seek compaction (when `options.seek_compaction`).
+    """
     if options.compaction_style == "tiered":
         return _pick_tiered(version, options)
     best_level, best_score = -1, 1.0
@@ -92,7 +113,7 @@ def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes
         if score >= best_score:
             best_level, best_score = level, score
     if best_level < 0:
-        return None
+        return seek_compaction(version) if options.seek_compaction else None
     if best_level == 0:
         return level0_compaction(version, "level 0 has too many tables")
     tables = version.levels[best_level]
@@ -102,6 +123,42 @@ def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes
     chosen = next((t for t in tables if pointer is None or t.smallest > pointer), tables[0])
     overlaps = version.overlapping(best_level + 1, chosen.smallest, chosen.largest)
     return Compaction(best_level, best_level + 1, [chosen], overlaps, f"level {best_level} over its size limit")
+
+
+def seek_compaction(version: Version) -> Compaction | None:
+    """The table most over its seek allowance, merged into the level below; None if no table is over.
+
+    LevelDB's seek compaction: a read that probes a table in vain and goes on to
+    another has paid for a probe that merging the table downwards would save, so
+    once a table's vain probes reach `seek_allowance` it is compacted (level 0:
+    with every level-0 table, as for the size trigger).  LevelDB charges only the
+    first table of a read that probes several; minilsm charges every table a read
+    probes in vain (`TableReader.seek_charge`, kept by the read counters, so reads
+    pay nothing more), so its tables reach the allowance sooner.  A table that no
+    other table is probed after (nothing older overlaps its key range) is never
+    chosen: LevelDB never charges it, and compacting it would save no probe.
+    O(tables), plus O(levels log tables) per table over its allowance.
+    """
+    over = [(t.seek_charge / seek_allowance(t), level, t) for level, t in version.tables()]
+    over = [o for o in over if o[0] >= 1.0]
+    over.sort(key=lambda o: o[0], reverse=True)
+    for _, level, t in over:
+        if not _probed_after(version, level, t):
+            continue
+        reason = f"seek compaction: table {t.number} probed {t.seek_charge} times without a hit"
+        if level == 0:
+            return level0_compaction(version, reason)
+        return Compaction(level, level + 1, [t], version.overlapping(level + 1, t.smallest, t.largest), reason)
+    return None
+
+
+def _probed_after(version: Version, level: int, t: TableReader) -> bool:
+    """Whether a read missing in `t` may go on to another table: an older table overlaps `t`'s key range."""
+    if level == 0:
+        older = version.levels[0][version.levels[0].index(t) + 1 :]  # level 0 is newest first
+        if any(o.smallest <= t.largest and t.smallest <= o.largest for o in older):
+            return True
+    return any(version.overlapping(n, t.smallest, t.largest) for n in range(level + 1, len(version.levels)))
 
 
 def level0_compaction(version: Version, reason: str) -> Compaction | None:

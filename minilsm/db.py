@@ -12,7 +12,10 @@ Read path (`get`):
 
 Background work (one thread, or inline with ``background=False``):
   flush the frozen memtable to a level-0 table, then compact while some level
-  is over its limit.  Each ends by atomically replacing the manifest; files that
+  is over its limit, or a table is probed in vain too often (seek compaction:
+  reads only count, and the idle background thread looks every
+  `SEEK_CHECK_INTERVAL` seconds; inline, it waits for the next write's
+  background work).  Each ends by atomically replacing the manifest; files that
   no live `Version` needs are deleted afterwards.
 
 Locking: `_mutex` serializes writers and guards the state that changes
@@ -68,6 +71,9 @@ from minilsm.version import Trace, Version
 from minilsm.wal import LogWriter, damaged_end, log_file_name, parse_log_file_name, read_log
 
 LOCK_NAME: Final = "LOCK"
+SEEK_CHECK_INTERVAL: Final = 0.5
+"""Seconds between the idle background thread's looks for a seek compaction (reads never wake it: they take
+no lock)."""
 _log = logging.getLogger("minilsm")
 
 _MISSING: Any = object()
@@ -736,8 +742,8 @@ class DB:
     def wait_for_compactions(self) -> None:
         """Return once no flush or compaction is due or running (RocksDB's ``WaitForCompact``).
 
-        For benchmarks and tests that measure a settled store.  Writes from other
-        threads meanwhile can make more work.  Returns at once when the store is
+        For benchmarks and tests that measure a settled store.  Writes (and, through
+        seek compaction, reads) from other threads meanwhile can make more work.  Returns at once when the store is
         closing or closed, or once background work has failed (writes report it).
         """
         with self._mutex:
@@ -760,10 +766,13 @@ class DB:
             self._do_background_work()
 
     def _background_loop(self) -> None:
+        opts = self.options
+        # Only reads make a seek compaction due, and they never notify: look again now and then.
+        timeout = SEEK_CHECK_INTERVAL if opts.seek_compaction and opts.compaction_style == "leveled" else None
         with self._mutex:
             while True:
                 while not self._closing and self._bg_error is None and not self._has_background_work():
-                    self._cond.wait()
+                    self._cond.wait(timeout)
                 if self._closing or self._bg_error is not None:
                     self._cond.notify_all()
                     return
@@ -839,6 +848,8 @@ class DB:
             # Nothing to merge with, so just relabel the level (LevelDB's trivial move, extended
             # to disjoint level-0 tables: a sequential load then writes each byte once, not twice).
             moved = c.inputs
+            for t in moved:
+                t.clear_seek_charge()  # a new place, a new allowance (as LevelDB, which re-adds the file)
             self._install_version(
                 version.apply([t.number for t in moved], [(c.output_level, t) for t in moved], opts.max_levels)
             )

@@ -59,7 +59,7 @@ def table_info(level: int, t: TableReader) -> TableInfo:
     props, bloom = t.props, t.filter
     expected = bloom.expected_fpr()
     negatives, positives, true_positives = t.filter_negatives, t.filter_positives, t.filter_true_positives
-    absent = negatives + positives - true_positives
+    absent = t.misses
     return TableInfo(
         level=level,
         number=t.number,
@@ -111,9 +111,13 @@ def snapshot(stats: Stats, version: Version, memtable_bytes: int, live_bytes: in
 
 
 def reset(stats: Stats, version: Version) -> None:
-    """Zero the store's counters and the per-table counters of every table in `version`."""
+    """Zero the store's counters and the per-table counters of every table in `version`.
+
+    A table's seek charge is compaction's, not a report's: it survives (`TableReader.carry_seek_charge`).
+    """
     stats.reset()
     for _, t in version.tables():
+        t.carry_seek_charge()
         t.filter_negatives = t.filter_positives = t.filter_true_positives = t.block_reads = 0
 
 

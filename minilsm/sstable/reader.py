@@ -58,8 +58,9 @@ class TableReader:
     Attributes: `number`, `path`, `file_size`, `props` (`TableProperties`), `meta` (`TableMeta`),
     `smallest` and `largest` (user keys), `filter` (`BloomFilter`), and per-table
     counters `filter_checks`, `filter_negatives`, `filter_positives`,
-    `filter_true_positives`, `block_reads`.  Safe to share between threads
-    (counters may then, rarely, lose an increment).
+    `filter_true_positives`, `block_reads`, `misses`, and `seek_charge`
+    (compaction's, which a stats reset does not zero).  Safe to share between
+    threads (counters may then, rarely, lose an increment).
     """
 
     __slots__ = (
@@ -85,6 +86,7 @@ class TableReader:
         "number",
         "path",
         "props",
+        "seek_charge_base",
         "smallest",
     )
 
@@ -123,6 +125,8 @@ class TableReader:
         self.filter_positives = 0
         self.filter_true_positives = 0
         self.block_reads = 0
+        self.seek_charge_base = 0
+        """Added to `misses` to make `seek_charge`: what stats resets zeroed, less what moves forgave."""
         self._last_keys = index.last_keys
         self._last_trailers = index.last_trailers
         self._offsets = index.offsets
@@ -168,6 +172,27 @@ class TableReader:
     def filter_checks(self) -> int:
         """Filter probes of this table: `filter_negatives` + `filter_positives` (each probe is one or the other)."""
         return self.filter_negatives + self.filter_positives
+
+    @property
+    def misses(self) -> int:
+        """Reads that got past this table's key range and found nothing here, so went on to the next table."""
+        return self.filter_negatives + self.filter_positives - self.filter_true_positives
+
+    @property
+    def seek_charge(self) -> int:
+        """`misses` since the table was created or last moved, across stats resets: what seek compaction weighs.
+
+        Kept from the read counters, so that reads pay nothing for it (see `compaction.seek_compaction`).
+        """
+        return self.misses + self.seek_charge_base
+
+    def carry_seek_charge(self) -> None:
+        """Before the read counters are zeroed (a stats reset): keep the seek charge they make up."""
+        self.seek_charge_base += self.misses
+
+    def clear_seek_charge(self) -> None:
+        """Start the seek charge again from zero (a table moved to a deeper level, as LevelDB's fresh allowance)."""
+        self.seek_charge_base = -self.misses
 
     # -- point reads ------------------------------------------------------------
 

@@ -1,0 +1,146 @@
+"""Seek compaction: tables that reads keep probing in vain are merged downwards, and only then."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from storeutil import check_invariants, small_options
+
+import minilsm
+from minilsm import compaction
+from minilsm.db import SEEK_CHECK_INTERVAL
+
+
+def options(**kw: object) -> dict[str, object]:
+    """Small tables, and room for a few in level 0, so that a read probes several tables."""
+    return small_options(**{"level0_compaction_trigger": 4, **kw})
+
+
+def load(path: str, **kw: object) -> dict[bytes, bytes]:
+    """A store with tables in level 0 and below, written with seek compaction off; its contents."""
+    rng = random.Random(1)
+    model: dict[bytes, bytes] = {}
+    with minilsm.DB(path, **options(seek_compaction=False, **kw)) as db:
+        for i in range(1700):
+            k, v = b"k%05d" % rng.randrange(0, 4000, 2), b"v%d" % i
+            db.put(k, v)
+            model[k] = v
+        db.flush()  # nothing for the reopen to flush
+        shape = [len(level) for level in db.version.levels]
+    assert shape[0] >= 1 and sum(shape) >= 2, shape  # some tables in level 0: a read probes several
+    return model
+
+
+def read_missing(db: minilsm.DB, n: int = 3000) -> float:
+    """Filter probes per read of `n` absent keys that fall inside the stored key range."""
+    rng = random.Random(2)
+    db.stats(reset=True)
+    for _ in range(n):
+        assert db.get(b"k%05d" % rng.randrange(1, 4000, 2)) is None
+    return db.stats().filter_checks / n
+
+
+def shape(db: minilsm.DB) -> list[int]:
+    return [len(level) for level in db.version.levels]
+
+
+def test_missing_reads_compact_level0_away_in_the_background(db_path: str) -> None:
+    model = load(db_path)
+    with minilsm.DB(db_path, **options(background=True)) as db:
+        time.sleep(0.2)  # the background thread now waits: only its own timeout can show it the reads' charge
+        before = read_missing(db)
+        # Reads never wake the background thread; it finds the seek compaction within SEEK_CHECK_INTERVAL.
+        deadline = time.monotonic() + 10 * SEEK_CHECK_INTERVAL
+        while db.version.levels[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert db.version.levels[0] == ()
+        db.wait_for_compactions()
+        assert compaction.pick_compaction(db.version, db.options, db._compact_pointers) is None
+        assert db.stats().compactions >= 1
+        after = read_missing(db)
+        assert after < before
+        assert {k: db.get(k) for k in model} == model
+        check_invariants(db, sweep_first=True)
+
+
+def test_without_seek_compaction_reads_never_change_the_shape(db_path: str) -> None:
+    model = load(db_path)
+    with minilsm.DB(db_path, **options(background=True, seek_compaction=False)) as db:
+        first = shape(db)
+        read_missing(db)
+        time.sleep(2 * SEEK_CHECK_INTERVAL)
+        db.wait_for_compactions()
+        assert shape(db) == first
+        assert db.stats().compactions == 0
+        assert {k: db.get(k) for k in model} == model
+
+
+def test_inline_reads_alone_never_compact_the_next_writes_background_work_does(db_path: str) -> None:
+    model = load(db_path)
+    with minilsm.DB(db_path, **options()) as db:
+        version = db.version
+        read_missing(db)
+        assert db.version is version and db.stats().compactions == 0
+        db.put(b"k00000", b"new")  # a write that does not fill the memtable runs no background work
+        assert db.version is version
+        db.flush()
+        assert db.stats().compactions >= 1
+        assert db.version.levels[0] == ()
+        model[b"k00000"] = b"new"
+        assert {k: db.get(k) for k in model} == model
+        check_invariants(db)
+
+
+def test_a_stats_reset_keeps_the_seek_charge(db_path: str) -> None:
+    load(db_path)
+    with minilsm.DB(db_path, **options()) as db:
+        read_missing(db)
+        charges = {t.number: t.seek_charge for _, t in db.version.tables()}
+        db.stats(reset=True)
+        assert all(t.misses == 0 for _, t in db.version.tables())
+        assert {t.number: t.seek_charge for _, t in db.version.tables()} == charges
+        db.wait_for_compactions()  # inline: runs the background work now
+        assert db.stats().compactions >= 1
+
+
+def test_the_seek_pick_charges_vain_probes_against_the_allowance(db_path: str) -> None:
+    load(db_path)
+    with minilsm.DB(db_path, **options()) as db:
+        v, opts = db.version, db.options
+        assert compaction.pick_compaction(v, opts, db._compact_pointers) is None
+        (_, t), *_ = v.tables()  # the newest level-0 table
+        t.seek_charge_base = compaction.seek_allowance(t) - 1
+        assert compaction.pick_compaction(v, opts, db._compact_pointers) is None
+        t.seek_charge_base += 1
+        c = compaction.pick_compaction(v, opts, db._compact_pointers)
+        assert c is not None and c.level == 0 and c.inputs == list(v.levels[0])
+        assert c.reason == f"seek compaction: table {t.number} probed {t.seek_charge} times without a hit"
+        # A table of the deepest level has nowhere to go.
+        t.seek_charge_base = 0
+        bottom = v.levels[v.bottom_level_with_data()][0]
+        bottom.seek_charge_base = 10**6
+        assert compaction.pick_compaction(v, opts, db._compact_pointers) is None
+        # A level-1 table goes with what overlaps it in level 2.
+        bottom.seek_charge_base = 0
+        mid = next(t for t in v.levels[1] if v.overlapping(2, t.smallest, t.largest))
+        mid.seek_charge_base = 10**6
+        c = compaction.pick_compaction(v, opts, db._compact_pointers)
+        below = v.overlapping(2, mid.smallest, mid.largest)
+        assert c is not None and (c.level, c.inputs, c.overlaps) == (1, [mid], below)
+
+
+def test_tiered_never_picks_a_seek_compaction(db_path: str) -> None:
+    load(db_path, compaction_style="tiered")
+    with minilsm.DB(db_path, **options(compaction_style="tiered", background=True)) as db:
+        read_missing(db)
+        for _, t in db.version.tables():
+            t.seek_charge_base = 10**6
+        c = compaction.pick_compaction(db.version, db.options, db._compact_pointers)
+        assert c is None or not c.reason.startswith("seek")
+
+
+def test_the_option_is_a_bool() -> None:
+    with pytest.raises(TypeError, match="seek_compaction"):
+        minilsm.Options(seek_compaction=1)  # type: ignore[arg-type]

@@ -181,7 +181,7 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
     if floor and log_file_name(floor) not in names:
         report.damage(log_file_name(floor), "missing (the manifest needs it: it holds writes no table has)")
     # As recovery replays them: in number order, sequence numbers going up from the tables' newest.
-    last_seq = max((m.max_seq for level in state.levels for m in level), default=0) if state is not None else 0
+    last_seq = state.newest_table_sequence() if state is not None else 0
     torn: tuple[str, int] | None = None  # a torn tail no record has followed yet
     for number, name in sorted((n, name) for name in names if (n := parse_log_file_name(name)) is not None):
         if number < floor:

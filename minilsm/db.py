@@ -248,11 +248,11 @@ class DB:
         replayed = records = dropped = 0
         # Writes in these logs are newer than every table: a memtable's log falls below the log number in
         # the same manifest that adds its table.  Past that, each record goes on from the one before.
-        replayed_seq = max((t.meta.max_seq for _, t in self._version.tables()), default=0)
+        replayed_seq = state.newest_table_sequence()
         corruption: str | None = None
         torn: tuple[str, int] | None = None  # (log, bytes) of a torn tail seen, while no record followed it
         for i, number in enumerate(logs):
-            log_path = f"{path}/{log_file_name(number)}"
+            log_path = self._log_path(number)
             result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
             if torn is not None and result.records:
                 err = damaged_end(*torn)  # a bad end of an older log, with writes after it
@@ -978,7 +978,7 @@ class DB:
                 continue
             if kind == "log" and not tmp and number >= keep_log:
                 continue
-            name = (table_file_name(number) if kind == "sst" else log_file_name(number)) + (".tmp" if tmp else "")
+            name = (table_file_name(number) if kind == "sst" else log_file_name(number)) + (TEMP_SUFFIX if tmp else "")
             with contextlib.suppress(OSError):
                 fs.remove(f"{self.path}/{name}")
             if kind == "sst" and not tmp:

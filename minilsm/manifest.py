@@ -44,6 +44,10 @@ class ManifestState:
     compact_pointers: list[bytes | None] = field(default_factory=list)
     """Per level, the largest key of the last table compacted out of it (round-robin, as LevelDB)."""
 
+    def newest_table_sequence(self) -> int:
+        """The highest sequence number in any listed table (0 if none): every log record to replay lies above it."""
+        return max((m.max_seq for level in self.levels for m in level), default=0)
+
 
 def encode_manifest(state: ManifestState) -> bytes:
     body = json.dumps(

@@ -388,18 +388,22 @@ class DB:
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
-        return WriteBatch(_writer=lambda batch: self.write(batch, sync=sync))
+        return WriteBatch(_writer=lambda batch: self._write_batch(batch, sync))
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
         """Apply every operation of `batch` atomically: after a crash too, all or none.
 
-        A bound batch that was already written or discarded (`WriteBatch.closed`) raises `ClosedError`, as its
-        own `write` does: applying it again would put its old values back over newer writes.
+        A batch from `write_batch` is spent by this as by its own `write`: its
+        ``with`` block's end writes nothing more, and writing it again (or one
+        already written or discarded, `WriteBatch.closed`) raises `ClosedError`,
+        since that would put its old values back over newer writes.  `sync` is
+        this call's, not the one given to `write_batch`.
         """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
-        if batch.closed:
-            raise ClosedError("write batch was already written")
+        batch._apply(lambda b: self._write_batch(b, sync))
+
+    def _write_batch(self, batch: WriteBatch, sync: bool | None) -> None:
         ops = tuple(batch)
         if ops:
             self._write(ops, sync)

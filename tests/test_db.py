@@ -22,7 +22,7 @@ from storeutil import check_invariants, crash, small_options
 import minilsm
 from minilsm.check import check_store
 from minilsm.fs import FileSystem
-from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
+from minilsm.keys import KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE
 from minilsm.sstable.reader import TableReader
 from minilsm.wal import read_log
 
@@ -313,6 +313,38 @@ def test_a_bound_batch_once_written_or_discarded_is_not_written_again_through_db
     with pytest.raises(minilsm.ClosedError):
         db.write(discarded)
     assert db.get(b"k") == b"new" and db.last_sequence == seq
+
+
+def test_db_write_of_a_bound_batch_inside_its_block_writes_it_once(db: minilsm.DB) -> None:
+    """Was: ``db.write(wb)`` inside ``with db.write_batch() as wb`` applied the batch, and the block's end
+    applied it again, putting its old values back over the writes made in between.  Now db.write spends a
+    bound batch as its own `write` does: the block's end neither writes it again nor raises, and a second
+    db.write raises ClosedError.  (Written by its block first, then passed to db.write: ClosedError, as the
+    test above pins.)"""
+    with db.write_batch() as wb:
+        wb.put(b"k", b"batch")
+        wb.put(b"j", b"batch")
+        db.write(wb)
+        assert wb.closed and db.get(b"k") == b"batch"
+        seq = db.last_sequence
+        db.put(b"k", b"newer")
+        with pytest.raises(minilsm.ClosedError):
+            wb.put(b"late", b"op")
+    assert db.get(b"k") == b"newer" and db.last_sequence == seq + 1
+    assert list(wb) == [(KIND_VALUE, b"k", b"batch"), (KIND_VALUE, b"j", b"batch")]
+    with pytest.raises(minilsm.ClosedError):
+        db.write(wb)
+    assert db.get(b"k") == b"newer" and db.last_sequence == seq + 1
+    with pytest.raises(minilsm.ClosedError), db.write_batch() as twice:
+        twice.put(b"k", b"twice")
+        db.write(twice)
+        db.write(twice)
+    assert db.get(b"k") == b"twice" and db.last_sequence == seq + 2
+    loose = minilsm.WriteBatch()  # not bound: db.write leaves it open, to reuse
+    loose.put(b"k", b"loose")
+    db.write(loose)
+    db.write(loose)
+    assert not loose.closed and db.last_sequence == seq + 4
 
 
 def test_a_batch_touching_one_key_many_times_ends_with_its_last_op_everywhere(db_path: str) -> None:

@@ -135,8 +135,10 @@ class WriteBatch:
             batch.put(b"k1", b"v1")
             batch.delete(b"k2")
 
-    Once a bound batch is written (or discarded) it is closed: changing or
-    writing it again raises `ClosedError`; reading it stays allowed.
+    Once a bound batch is written (at the block's end, by its `write`, or by
+    ``db.write(batch)``) or discarded it is closed: changing or writing it
+    again raises `ClosedError`; reading it stays allowed.  A block whose batch
+    was already written inside it writes nothing more at its end.
 
     Costs: `put`/`delete` O(len(key) + len(value)) for validation, amortized
     O(1) otherwise; `len`, `approximate_size` O(1).
@@ -203,13 +205,24 @@ class WriteBatch:
 
     def write(self) -> None:
         """Apply the batch atomically through the store it is bound to, then close it."""
+        if self._writer is None:
+            raise ValueError("this WriteBatch is not bound to a store; pass it to db.write(batch)")
+        self._apply(self._writer)
+
+    def _apply(self, apply: Callable[[WriteBatch], None]) -> None:
+        """Hand the batch to `apply` (a store's write); a bound batch is spent by it, a standalone one stays open.
+
+        How every write of a batch goes, ``db.write(batch)`` included: a spent
+        batch raises `ClosedError`, since applying it again would put its old
+        values back over newer writes.
+        """
         if self._closed:
             raise ClosedError("write batch was already written")
-        writer = self._writer
-        if writer is None:
-            raise ValueError("this WriteBatch is not bound to a store; pass it to db.write(batch)")
+        if self._writer is None:
+            apply(self)
+            return
         try:
-            writer(self)
+            apply(self)
         finally:
             # Written or failed, the batch is spent: "exactly once" is simpler
             # to reason about than a retry that might apply it twice.
@@ -225,6 +238,8 @@ class WriteBatch:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._closed:
+            return  # written inside the block (its `write`, or ``db.write``): nothing is left to write or discard
         if exc_type is None:
             self.write()
         else:

@@ -57,7 +57,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.iterators import Entry, concat, merge_visible, prefix_bounds
+from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
@@ -124,6 +124,9 @@ class DB:
         self._snapshots: dict[int, int] = {}  # snapshot id -> its sequence number
         self._snapshot_ids = 0
         self._versions: weakref.WeakSet[Version] = weakref.WeakSet()  # every Version someone still holds
+        # Every live iterator's pin, for close() to cancel.  A set of weak references, not a WeakSet: adding
+        # to it and copying it are single C calls, safe from any thread without a lock.
+        self._pins: set[weakref.ref[_Pin]] = set()
         self._pending_outputs: set[int] = set()  # table numbers being written, not yet in a version
         self._block_cache: BlockCache | None = (
             LRUCache(self.options.block_cache_size) if self.options.block_cache_size else None
@@ -299,8 +302,11 @@ class DB:
         Writes in the memtable are not flushed; they are in the log and come back
         on the next open, as in LevelDB.  A `flush` or `compact_range` running in
         another thread ends with `ClosedError` (a compaction step under way first
-        finishes).  Closing twice is harmless; a close racing with one under way
-        returns once the store is closed.
+        finishes).  The store's iterators close with it, as in plyvel: each lets go
+        of what it read, and its next step raises `ClosedError` (a step under way
+        in another thread finishes first; close does not wait for it).  Snapshots
+        raise `ClosedError` too.  Closing twice is harmless; a close racing with
+        one under way returns once the store is closed.  O(tables + live iterators).
         """
         with self._mutex:
             if self._closing:
@@ -327,6 +333,11 @@ class DB:
                 for v in list(self._versions):
                     for _, table in v.tables():
                         table.close()
+                closed = f"{self.path}: the store is closed"
+                for ref in list(self._pins):
+                    pin = ref()
+                    if pin is not None:
+                        pin.cancel(closed)
                 self._file_cache.clear()
                 if self._block_cache is not None:
                     self._block_cache.clear()
@@ -377,18 +388,22 @@ class DB:
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
-        return WriteBatch(_writer=lambda batch: self.write(batch, sync=sync))
+        return WriteBatch(_writer=lambda batch: self._write_batch(batch, sync))
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
         """Apply every operation of `batch` atomically: after a crash too, all or none.
 
-        A bound batch that was already written or discarded (`WriteBatch.closed`) raises `ClosedError`, as its
-        own `write` does: applying it again would put its old values back over newer writes.
+        A batch from `write_batch` is spent by this as by its own `write`: its
+        ``with`` block's end writes nothing more, and writing it again (or one
+        already written or discarded, `WriteBatch.closed`) raises `ClosedError`,
+        since that would put its old values back over newer writes.  `sync` is
+        this call's, not the one given to `write_batch`.
         """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
-        if batch.closed:
-            raise ClosedError("write batch was already written")
+        batch._apply(lambda b: self._write_batch(b, sync))
+
+    def _write_batch(self, batch: WriteBatch, sync: bool | None) -> None:
         ops = tuple(batch)
         if ops:
             self._write(ops, sync)
@@ -571,7 +586,8 @@ class DB:
         `stop` in, as plyvel's keywords do; with `prefix` too, the range is the
         intersection.  The view is fixed when the iterator is made: later writes,
         flushes and compactions do not change what it yields.  Yields (key, value)
-        pairs, or keys or values alone, as plyvel does.  O(log sources) per version
+        pairs, or keys or values alone, as plyvel does.  Once the store closes, the
+        iterator's next step raises `ClosedError`.  O(log sources) per version
         visited.
         """
         return self._iterator(
@@ -590,8 +606,6 @@ class DB:
         include_start: bool,
         include_stop: bool,
     ) -> DBIterator:
-        if self._closed:
-            raise ClosedError(f"{self.path}: the store is closed")
         # In bytewise order the key right after k is k + b"\x00", so the open and closed ends
         # plyvel offers become the one half-open range every source understands.
         if start is not None:
@@ -627,8 +641,12 @@ class DB:
                 # One source, each table opened when the scan reaches it.
                 ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
                 sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
-        pin = _Pin(version, self._released_superseded_version)
-        pairs = merge_visible(sources, at, reverse, pin.release)
+        pin = _Pin(sources, version, self._released_superseded_version)
+        pairs = merge_visible(sources, at, reverse, pin.release, pin)
+        self._pins.add(weakref.ref(pin, self._pins.discard))
+        # Asked after the pin is listed: a close that began before it was may not cancel it.
+        if self._closing or self._closed:
+            raise ClosedError(f"{self.path}: the store is closed")
         return DBIterator(pairs, pin, include_key, include_value)
 
     def _released_superseded_version(self) -> None:
@@ -1095,7 +1113,9 @@ class DBIterator:
 
     `iter()` hands out the merging generator itself (or a C `map` over it for
     keys or values alone), so a loop over the iterator costs one generator
-    step per key; `next()` on the iterator costs one method call more.
+    step per key; `next()` on the iterator costs one method call more.  Once
+    its store closes, the next step raises `ClosedError` (a loop already
+    running gets it too), and so does every use of the iterator after that.
     """
 
     __slots__ = ("_gen", "_it", "_pin")
@@ -1115,13 +1135,21 @@ class DBIterator:
             raise ValueError("include_key and include_value cannot both be False")
 
     def __iter__(self) -> Iterator[Any]:
+        self._pin.check()
         return self._it
 
     def __next__(self) -> Any:
-        return next(self._it)
+        try:
+            return next(self._it)
+        except StopIteration:
+            # A scan its store's close ended raised ClosedError once and is over: keep saying why.
+            self._pin.check()
+            raise
 
     def close(self) -> None:
         """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop.
+
+        Once the store is closed, `next` raises `ClosedError` instead.  Closing twice is harmless.
 
         A step running in another thread at this moment cannot be stopped from here: that
         thread's loop runs on to its end, and the tables stay pinned until then.
@@ -1140,29 +1168,40 @@ class DBIterator:
         self.close()
 
 
-class _Pin:
-    """The version a `DBIterator` reads, released once: on `close` or when the merge runs out.
+class _Pin(ScanHandle):
+    """The version a `DBIterator` reads, released once: on `close` or when the merge runs out; and its scan's handle.
 
     The merging generator holds the pin's `release`, not the iterator, so dropping an
-    unclosed iterator frees the version at once (no reference cycle to wait for).
+    unclosed iterator frees the version at once (no reference cycle to wait for).  The
+    store lists its pins weakly, to `cancel` every live scan when it closes.
     """
 
     __slots__ = ("_on_release", "version")
 
-    def __init__(self, version: Version | None, on_release: Callable[[], None] | None) -> None:
+    def __init__(
+        self, sources: list[Iterator[Entry]], version: Version | None, on_release: Callable[[], None] | None
+    ) -> None:
+        super().__init__(sources)
         self.version = version  # keeps the tables it reads from being deleted
         self._on_release = on_release
 
+    def cancel(self, message: str) -> None:
+        """The store is closing (its mutex held): end the scan, and drop the version without the callback."""
+        self._on_release = None  # it would take the mutex; and a closed store deletes nothing
+        self.version = None
+        super().cancel(message)
+
     def release(self) -> None:
         version, self.version = self.version, None
-        if version is None or self._on_release is None:
+        on_release = self._on_release  # read once: a close in another thread may clear it meanwhile
+        if version is None or on_release is None:
             return
         # The store deletes files only no live Version holds, so let go of ours before
         # asking; and ask only if the store has moved on (a sweep lists the directory).
         superseded = version.superseded
         del version
         if superseded:
-            self._on_release()
+            on_release()
 
 
 class Snapshot:

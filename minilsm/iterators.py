@@ -11,6 +11,8 @@ heapq does in C, instead of calling a Python key function per version; so its
 output is sorted by user key only, a key's versions coming out together in no
 set order, and it picks the largest visible trailer of each such run.  Reverse
 scans merge the sources' reversed streams (user key descending) the same way.
+A `ScanHandle` lets the store end a scan from outside when it closes, at no
+cost per key (see there).
 Compaction needs internal order proper, so it keeps `merge` (`heapq.merge`
 keyed on the user key, with sources newest first; O(log s) per version for s
 sources).
@@ -24,7 +26,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from heapq import heapify, heapreplace
 from itertools import chain
 from operator import itemgetter
-from typing import Any
+from typing import Any, NoReturn
 
 # The max-heap helpers heapq.merge(reverse=True) uses: public from Python 3.14, private before.
 if sys.version_info >= (3, 14):
@@ -33,7 +35,7 @@ else:
     from heapq import _heapify_max as heapify_max
     from heapq import _heapreplace_max as heapreplace_max  # type: ignore[attr-defined]
 
-from minilsm.errors import StoreIOError
+from minilsm.errors import ClosedError, StoreIOError
 from minilsm.keys import KIND_VALUE
 
 Entry = tuple[bytes, int, bytes]
@@ -69,8 +71,53 @@ def concat(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:
     return chain.from_iterable(runs)
 
 
+class ScanHandle:
+    """Ends a `merge_visible` scan from outside, in any thread: after `cancel`, its next step raises `ClosedError`.
+
+    The scan keeps its heap here.  Each heap item carries the step function of
+    its source, so `cancel` replaces every one with a function that raises,
+    and drops the sources: the scan's loop tests nothing per key to notice, its
+    next step just calls a different function.  The few moments when an item
+    is outside the heap (the fill, a dry source being dropped) and the end of
+    the scan check `message` instead, once per source or per scan.  Costs:
+    `cancel` O(sources); nothing per key.
+    """
+
+    __slots__ = ("__weakref__", "_heap", "message", "sources")
+
+    def __init__(self, sources: list[Iterator[Entry]]) -> None:
+        self.sources = sources  # the scan's own list, which `cancel` empties
+        self._heap: list[Any] = []
+        self.message: str | None = None  # set by `cancel`: the ClosedError's message
+
+    def cancel(self, message: str) -> None:
+        """Make the scan's next step raise `ClosedError(message)`, and let go of its sources now.
+
+        Safe while the scan runs in another thread: the step under way
+        finishes, and the next one raises.
+        """
+        self.message = message  # first, so a scan that misses the swap below sees it at its next check
+
+        def closed() -> NoReturn:
+            raise ClosedError(message)
+
+        # list() copies the heap in one C call: a scan stepping in another thread cannot move items under us.
+        for item in list(self._heap):
+            item[2] = closed
+        self.sources.clear()
+
+    def check(self) -> None:
+        """Raise `ClosedError` if the handle was cancelled.  O(1)."""
+        if self.message is not None:
+            raise ClosedError(self.message)
+
+
 def merge_visible(
-    sources: list[Iterator[Entry]], seq: int, reverse: bool = False, on_end: Callable[[], None] | None = None
+    sources: list[Iterator[Entry]],
+    seq: int,
+    reverse: bool = False,
+    on_end: Callable[[], None] | None = None,
+    handle: ScanHandle | None = None,
 ) -> Generator[tuple[bytes, bytes], None, None]:
     """(key, value) for each user key of the merged sources whose newest version with sequence <= `seq` is a value.
 
@@ -81,21 +128,25 @@ def merge_visible(
     decided when the run ends, shadowed versions and tombstones are skipped.
     A source is dropped from the heap once it runs dry.  An `OSError` from a
     source becomes `StoreIOError`.  `on_end` is called once every source is
-    exhausted (not when the consumer stops early).
+    exhausted (not when the consumer stops early).  A `handle` made from the
+    same list (``ScanHandle(sources)``) can end the scan: once it is
+    cancelled, the scan's next step raises `ClosedError`.
     """
+    if handle is None:
+        handle = ScanHandle(sources)
+    elif handle.sources is not sources:
+        raise ValueError("the handle was made for other sources")
     limit = (seq << 8) | 0xFF  # trailers above this belong to writes after the snapshot
     # Heap items are [entry, source number, next]: entries compare as whole tuples in C.  Equal
     # entries (a version seen both in a memtable and in the table a flush just wrote it to) fall
     # to the source number, so `next` is never compared.
-    heap: list[Any] = []
+    heap = handle._heap
     try:
-        for n, source in enumerate(sources):
-            step = source.__next__
-            for entry in source:
-                heap.append([entry, n, step])
-                break
+        _fill(heap, sources)  # a cancel before it emptied `sources`
     except OSError as e:
         raise StoreIOError(f"a scan failed reading a table: {e}") from e
+    check = handle.check
+    check()  # cancelled before or during the fill: the handle may have missed items not yet in the heap
     if reverse:
         heapify_max(heap)
         replace = heapreplace_max
@@ -123,12 +174,23 @@ def merge_visible(
             last = heap.pop()
             if heap:
                 replace(heap, last)
+            check()  # cancelled while `last` was out of the heap
             continue
         replace(heap, top)
     if best >= 0 and best & 0xFF == KIND_VALUE:
         yield cur, best_value  # type: ignore[misc]
+    check()  # cancelled after the last step
     if on_end is not None:
         on_end()
+
+
+def _fill(heap: list[Any], sources: list[Iterator[Entry]]) -> None:
+    """Append each non-empty source's first version to `heap` (in a frame of its own, so no local keeps a source)."""
+    for n, source in enumerate(sources):
+        step = source.__next__
+        for entry in source:
+            heap.append([entry, n, step])
+            break
 
 
 def prefix_bounds(prefix: bytes) -> tuple[bytes, bytes | None]:

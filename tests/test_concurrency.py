@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -488,6 +489,90 @@ def test_closing_an_iterator_while_another_thread_steps_it_keeps_its_tables(db_p
     assert not errors, errors
     assert got == sorted(data.items())[: len(got)]
     db.close()
+
+
+def test_closing_the_store_while_another_thread_steps_an_iterator_ends_that_scan_with_closed_error(
+    db_path: str,
+) -> None:
+    """Was: db.close() while another thread was inside an iterator's block read let that scan go on with what
+    it held and end at its next block read with a ClosedError naming a table (or never, in memory).  Now
+    the step under way finishes, the next one raises ClosedError naming the store, and close() does not
+    wait for the scan."""
+    fs = HeldReads()
+    db = minilsm.DB(db_path, **small_options(fs=fs, block_cache_size=0))
+    data = {b"k%03d" % i: b"v" * 30 for i in range(200)}
+    for k, v in data.items():
+        db.put(k, v)
+    db.flush()
+    it = db.iterator()
+    got = [next(it) for _ in range(20)]  # past the first block of every table
+    errors: list[BaseException] = []
+
+    def scan() -> None:
+        try:
+            for kv in it:
+                got.append(kv)
+        except BaseException as e:
+            errors.append(e)
+
+    fs.left = 1  # the scan's next block read waits, inside the iterator's generator
+    reader = threading.Thread(target=scan, daemon=True)
+    reader.start()
+    assert fs.reached.wait(10)
+    db.close()  # from this thread, while the generator runs in the other
+    fs.gate.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], minilsm.ClosedError), errors
+    assert re.search(re.escape(f"{db_path}: the store is closed"), str(errors[0]))
+    assert len(got) < len(data) and got == sorted(data.items())[: len(got)]
+
+
+_Outcome = tuple[bool, list[Any], BaseException | None]  # a scan's direction, what it got, how it ended
+
+
+def test_closing_the_store_at_any_moment_of_other_threads_scans_raises_nothing_but_closed_error(
+    db_path: str,
+) -> None:
+    """Scans in other threads (forward and reverse, over tables and the memtable) while the store closes at a
+    random moment: each ends with its whole range or ClosedError after a correct prefix, never another error."""
+
+    def scan(db: minilsm.DB, reverse: bool, outcomes: list[_Outcome]) -> None:
+        got: list[Any] = []
+        try:
+            for kv in db.iterator(reverse=reverse):
+                got.append(kv)
+        except BaseException as e:
+            outcomes.append((reverse, got, e))
+        else:
+            outcomes.append((reverse, got, None))
+
+    rng = random.Random(8)
+    for round_ in range(25):
+        sizes = dict(memtable_size=16384, target_file_size=16384, level1_max_bytes=65536)
+        db = minilsm.DB(db_path, **small_options(background=bool(round_ % 2), **sizes))
+        data = {b"k%04d" % i: b"v%d" % i for i in range(3000)}  # scans long enough that some are cut short
+        for k, v in data.items():
+            db.put(k, v)
+        outcomes: list[_Outcome] = []
+        threads = [
+            threading.Thread(target=scan, args=(db, reverse, outcomes), daemon=True) for reverse in (False, True) * 2
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(rng.random() * 0.004)
+        db.close()
+        for t in threads:
+            t.join(10)
+            assert not t.is_alive()
+        assert len(outcomes) == len(threads)
+        for reverse, got, error in outcomes:
+            want = sorted(data.items(), reverse=reverse)
+            if error is None:
+                assert got == want
+            else:
+                assert isinstance(error, minilsm.ClosedError), repr(error)
+                assert got == want[: len(got)]
 
 
 class _PreemptedDB(minilsm.DB):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
 import threading
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +22,8 @@ from storeutil import check_invariants, crash, small_options
 import minilsm
 from minilsm.check import check_store
 from minilsm.fs import FileSystem
-from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
+from minilsm.keys import KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE
+from minilsm.sstable.reader import TableReader
 from minilsm.wal import read_log
 
 
@@ -310,6 +315,38 @@ def test_a_bound_batch_once_written_or_discarded_is_not_written_again_through_db
     assert db.get(b"k") == b"new" and db.last_sequence == seq
 
 
+def test_db_write_of_a_bound_batch_inside_its_block_writes_it_once(db: minilsm.DB) -> None:
+    """Was: ``db.write(wb)`` inside ``with db.write_batch() as wb`` applied the batch, and the block's end
+    applied it again, putting its old values back over the writes made in between.  Now db.write spends a
+    bound batch as its own `write` does: the block's end neither writes it again nor raises, and a second
+    db.write raises ClosedError.  (Written by its block first, then passed to db.write: ClosedError, as the
+    test above pins.)"""
+    with db.write_batch() as wb:
+        wb.put(b"k", b"batch")
+        wb.put(b"j", b"batch")
+        db.write(wb)
+        assert wb.closed and db.get(b"k") == b"batch"
+        seq = db.last_sequence
+        db.put(b"k", b"newer")
+        with pytest.raises(minilsm.ClosedError):
+            wb.put(b"late", b"op")
+    assert db.get(b"k") == b"newer" and db.last_sequence == seq + 1
+    assert list(wb) == [(KIND_VALUE, b"k", b"batch"), (KIND_VALUE, b"j", b"batch")]
+    with pytest.raises(minilsm.ClosedError):
+        db.write(wb)
+    assert db.get(b"k") == b"newer" and db.last_sequence == seq + 1
+    with pytest.raises(minilsm.ClosedError), db.write_batch() as twice:
+        twice.put(b"k", b"twice")
+        db.write(twice)
+        db.write(twice)
+    assert db.get(b"k") == b"twice" and db.last_sequence == seq + 2
+    loose = minilsm.WriteBatch()  # not bound: db.write leaves it open, to reuse
+    loose.put(b"k", b"loose")
+    db.write(loose)
+    db.write(loose)
+    assert not loose.closed and db.last_sequence == seq + 4
+
+
 def test_a_batch_touching_one_key_many_times_ends_with_its_last_op_everywhere(db_path: str) -> None:
     """Gap: only put-then-put was pinned.  A batch that puts and deletes one key several times must end with its
     last op in the memtable, in the table a flush writes (one version kept), after a crash through log
@@ -389,6 +426,72 @@ def test_closed_store_raises_clear_errors(db_path: str) -> None:
             call()
     with minilsm.DB(db_path) as db2:
         assert db2.get(b"k") == b"v"
+
+
+# Each as a user holds it: a DBIterator, or the bare generator a `for` loop over one steps (as `iter(db)` is).
+_ITERATORS: dict[str, Callable[[minilsm.DB], Iterator[Any]]] = {
+    "forward": lambda db: db.iterator(),
+    "reverse": lambda db: db.iterator(reverse=True),
+    "keys": lambda db: db.iterator(include_value=False),
+    "values": lambda db: db.iterator(include_key=False),
+    "prefix-range": lambda db: db.iterator(start=b"k00010", stop=b"k00200", prefix=b"k00", reverse=True),
+    "snapshot": lambda db: db.snapshot().iterator(),
+    "for-loop": lambda db: iter(db.iterator()),
+    "iter(db)": lambda db: iter(db),
+}
+
+
+@pytest.mark.parametrize("shape", ["memtable", "tables"])
+@pytest.mark.parametrize("started", [False, True], ids=["unstarted", "started"])
+@pytest.mark.parametrize("kind", list(_ITERATORS))
+def test_closing_the_store_closes_its_iterators(db_path: str, kind: str, started: bool, shape: str) -> None:
+    """Was: after db.close() an iterator went on yielding what it already held (the memtable's keys, a
+    decoded block) and failed only at its next block read, with a ClosedError naming a table, or never on a
+    store whose keys were all in memory.  plyvel closes a store's iterators with it: now the next step of
+    each raises ClosedError naming the store, and a DBIterator goes on raising it."""
+    db = minilsm.DB(db_path, **(small_options() if shape == "tables" else {}))
+    fill(db, 300)
+    assert bool(db.version.numbers()) == (shape == "tables")
+    it = _ITERATORS[kind](db)
+    if started:
+        next(it)
+    db.close()
+    for _ in range(2 if isinstance(it, minilsm.DBIterator) else 1):
+        with pytest.raises(minilsm.ClosedError, match=re.escape(f"{db_path}: the store is closed")):
+            next(it)
+
+
+def test_an_iterator_closed_with_its_store_lets_go_of_what_it_read(db_path: str) -> None:
+    """Was: an iterator that outlived its store's close() still held the version it read, its tables and,
+    through the version's release callback, the store itself, until the iterator was dropped."""
+    db = minilsm.DB(db_path, **small_options())
+    fill(db, 300)
+    db.flush()
+    started, unstarted = db.iterator(), db.iterator(reverse=True)
+    next(started)
+    tables = {id(t) for _, t in db.version.tables()}  # a TableReader takes no weak reference
+    db.compact_range()  # from here on the iterators alone hold those tables
+    store = weakref.ref(db)
+    db.close()
+    del db
+    gc.collect()
+    assert store() is None, "the closed store is kept alive by its iterators"
+    assert not [o for o in gc.get_objects() if type(o) is TableReader and id(o) in tables], "tables kept"
+    for it in (started, unstarted):
+        with pytest.raises(minilsm.ClosedError):
+            next(it)
+        it.close()  # closing it too is harmless
+
+
+def test_a_snapshot_of_a_closed_store_raises_closed_error_naming_the_store(db_path: str) -> None:
+    db = minilsm.DB(db_path)
+    db.put(b"k", b"v")
+    snap = db.snapshot()
+    db.close()
+    for call in (lambda: snap.get(b"k"), lambda: snap.iterator(), lambda: snap[b"k"], lambda: b"k" in snap):
+        with pytest.raises(minilsm.ClosedError, match=re.escape(f"{db_path}: the store is closed")):
+            call()
+    snap.close()
 
 
 def test_second_open_is_refused_in_process_and_across_processes(db_path: str) -> None:

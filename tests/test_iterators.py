@@ -12,8 +12,8 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from minilsm.errors import StoreIOError
-from minilsm.iterators import Entry, merge, merge_visible, prefix_bounds
+from minilsm.errors import ClosedError, StoreIOError
+from minilsm.iterators import Entry, ScanHandle, merge, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE
 
 _KEYS = st.sampled_from([b"", b"a", b"ab", b"b", b"ba", b"c", b"d", b"\xff"])
@@ -92,6 +92,31 @@ def test_merge_visible_turns_a_read_error_into_store_io_error() -> None:
     merged = merge_visible([failing()], 9)
     with pytest.raises(StoreIOError, match="a scan failed reading a table"):
         list(merged)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("taken", [0, 1, 3, 5])  # before the first step, mid-scan, at the last key, after it
+def test_a_cancelled_scan_raises_closed_error_at_its_next_step(reverse: bool, taken: int) -> None:
+    """Whatever the scan holds (a key half-merged, the last key yielded), its next step after `cancel` raises
+    ClosedError with the handle's message, `on_end` is not called, and the sources are let go."""
+    a = [(b"a", 2 << 8 | 1, b"a2"), (b"a", 1 << 8 | 1, b"a1"), (b"c", 3 << 8 | 1, b"c")]
+    b = [(b"a", 4 << 8 | 1, b"a4"), (b"b", 5 << 8 | 1, b"b"), (b"d", 6 << 8 | 1, b"d"), (b"e", 7 << 8 | 1, b"e")]
+    sources = [iter(a[::-1] if reverse else a), iter(b[::-1] if reverse else b)]
+    handle = ScanHandle(sources)
+    ended: list[bool] = []
+    merged = merge_visible(sources, 9, reverse, lambda: ended.append(True), handle)
+    want = [(b"a", b"a4"), (b"b", b"b"), (b"c", b"c"), (b"d", b"d"), (b"e", b"e")]
+    assert [next(merged) for _ in range(taken)] == (want[::-1] if reverse else want)[:taken]
+    handle.cancel("the store is closed")
+    assert sources == []
+    with pytest.raises(ClosedError, match="the store is closed"):
+        next(merged)
+    assert not ended
+
+
+def test_merge_visible_refuses_a_handle_made_for_other_sources() -> None:
+    with pytest.raises(ValueError, match="other sources"):
+        next(merge_visible([iter([])], 9, handle=ScanHandle([])))
 
 
 def test_prefix_bounds() -> None:

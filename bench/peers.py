@@ -423,6 +423,18 @@ def peers(num: int) -> list[Peer]:
             on_request=True,
         ),
         Peer(
+            "minilsm-large",
+            "",
+            lambda path: MiniLSMStore(
+                path, memtable_size=16 << 20, level1_max_bytes=64 << 20, target_file_size=8 << 20
+            ),
+            "as minilsm",
+            "as minilsm, but four times LevelDB's sizes (16 MiB memtable, 64 MiB level 1, 8 MiB tables; RocksDB's "
+            "defaults are 64, 256 and 64): fewer rewrites per byte, for about twice the memory; "
+            "run only when named in --stores",
+            on_request=True,
+        ),
+        Peer(
             "leveldb",
             "plyvel",
             LevelDBStore,

@@ -2,8 +2,10 @@
 
 `DB(path, **kwargs)` builds an `Options` from keyword arguments, so
 ``DB(path, bits_per_key=8)`` and ``DB(path, Options(bits_per_key=8))`` are the same.
-Sizes are scaled down from LevelDB's so that a Python store reaches several
-levels with data sets that fit a laptop benchmark.
+The sizes (memtable, level 1, table files) are LevelDB's, so that a store
+reaches several levels with data sets that fit a laptop benchmark and a
+Python process holds little in memory.  Larger sizes trade memory for fewer
+rewrites: bench/RESULTS.md ("Sizing") measures four times these.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ class Options:
 
     # -- write path --
     memtable_size: int = 4 << 20
-    """Approximate bytes of the memtable before it is frozen and flushed to a table."""
+    """Approximate bytes of the memtable before it is frozen and flushed to a table.  Counted as encoded bytes:
+    the memtable's Python objects take about 3x that with 100-byte values (see `minilsm.memtable`), and a full
+    memtable being flushed sits beside the next one."""
     sync: bool = False
     """fsync the log before acknowledging every write (per-call `sync=` overrides)."""
     background: bool = True

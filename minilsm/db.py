@@ -338,7 +338,7 @@ class DB:
                     pin = ref()
                     if pin is not None:
                         pin.cancel(closed)
-                self._file_cache.clear()
+                self._file_cache.close()
                 if self._block_cache is not None:
                     self._block_cache.clear()
                 self._file_lock.release()

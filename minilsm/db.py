@@ -1159,6 +1159,7 @@ class DBIterator:
             self._gen.close()
         except ValueError:  # "generator already executing"
             return  # the generator releases the pin when it runs out (or the pin goes when it is dropped)
+        self._pin.drop()  # the scan keeps its heap and sources in the pin, which this iterator keeps
         self._pin.release()
 
     def __enter__(self) -> DBIterator:

@@ -393,10 +393,11 @@ class DB:
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
         """Apply every operation of `batch` atomically: after a crash too, all or none.
 
-        A batch from `write_batch` is spent by this as by its own `write`: its
-        ``with`` block's end writes nothing more, and writing it again (or one
-        already written or discarded, `WriteBatch.closed`) raises `ClosedError`,
-        since that would put its old values back over newer writes.  `sync` is
+        A batch from `write_batch` is spent by this as by its own `write`, even
+        if the write raises: its ``with`` block's end writes nothing more, and
+        writing it again (or one already written or discarded,
+        `WriteBatch.closed`) raises `ClosedError`, since that would put its old
+        values back over newer writes.  `sync` is
         this call's, not the one given to `write_batch`.
         """
         if not isinstance(batch, WriteBatch):

@@ -136,9 +136,10 @@ class WriteBatch:
             batch.delete(b"k2")
 
     Once a bound batch is written (at the block's end, by its `write`, or by
-    ``db.write(batch)``) or discarded it is closed: changing or writing it
-    again raises `ClosedError`; reading it stays allowed.  A block whose batch
-    was already written inside it writes nothing more at its end.
+    ``db.write(batch)``; a write that raises counts, as the log may hold it)
+    or discarded it is closed: changing or writing it again raises
+    `ClosedError`; reading it stays allowed.  A block whose batch was already
+    written inside it writes nothing more at its end.
 
     Costs: `put`/`delete` O(len(key) + len(value)) for validation, amortized
     O(1) otherwise; `len`, `approximate_size` O(1).
@@ -204,7 +205,7 @@ class WriteBatch:
         return self._closed
 
     def write(self) -> None:
-        """Apply the batch atomically through the store it is bound to, then close it."""
+        """Apply the batch atomically through the store it is bound to, then close it (even if the write raises)."""
         if self._writer is None:
             raise ValueError("this WriteBatch is not bound to a store; pass it to db.write(batch)")
         self._apply(self._writer)

@@ -104,20 +104,27 @@ class TableFileCache:
     costs one `open`.  Call `evict` before a table file is deleted.
     """
 
-    __slots__ = ("_files", "_fs")
+    __slots__ = ("_closed", "_files", "_fs")
 
     def __init__(self, fs: FileSystem, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self._fs = fs
         self._files: LRUCache[str, RandomAccessFile] = LRUCache(capacity)
+        self._closed = False
 
     def get(self, path: str) -> RandomAccessFile:
-        """The open file at `path`, opening it on a miss (outside the lock, so opens do not serialize readers)."""
+        """The open file at `path`, opening it on a miss (outside the lock, so opens do not serialize readers).
+
+        Once the cache is closed, a file opened for a read under way is not kept: it closes when that read
+        lets go of it.
+        """
         f = self._files.get(path)
         if f is None:
             f = self._fs.open_random(path)
             self._files.put(path, f)
+            if self._closed:  # asked after the put: a close that began before it cleared nothing of it
+                self._files.erase(path)
         return f
 
     def evict(self, path: str) -> None:
@@ -125,6 +132,11 @@ class TableFileCache:
         self._files.erase(path)
 
     def clear(self) -> None:
+        self._files.clear()
+
+    def close(self) -> None:
+        """Drop every file, and keep none opened from now on (the owner closed).  O(files)."""
+        self._closed = True
         self._files.clear()
 
     def __len__(self) -> int:

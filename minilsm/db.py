@@ -338,7 +338,7 @@ class DB:
                     pin = ref()
                     if pin is not None:
                         pin.cancel(closed)
-                self._file_cache.clear()
+                self._file_cache.close()
                 if self._block_cache is not None:
                     self._block_cache.clear()
                 self._file_lock.release()
@@ -393,10 +393,11 @@ class DB:
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
         """Apply every operation of `batch` atomically: after a crash too, all or none.
 
-        A batch from `write_batch` is spent by this as by its own `write`: its
-        ``with`` block's end writes nothing more, and writing it again (or one
-        already written or discarded, `WriteBatch.closed`) raises `ClosedError`,
-        since that would put its old values back over newer writes.  `sync` is
+        A batch from `write_batch` is spent by this as by its own `write`, even
+        if the write raises: its ``with`` block's end writes nothing more, and
+        writing it again (or one already written or discarded,
+        `WriteBatch.closed`) raises `ClosedError`, since that would put its old
+        values back over newer writes.  `sync` is
         this call's, not the one given to `write_batch`.
         """
         if not isinstance(batch, WriteBatch):
@@ -1159,6 +1160,7 @@ class DBIterator:
             self._gen.close()
         except ValueError:  # "generator already executing"
             return  # the generator releases the pin when it runs out (or the pin goes when it is dropped)
+        self._pin.drop()  # the scan keeps its heap and sources in the pin, which this iterator keeps
         self._pin.release()
 
     def __enter__(self) -> DBIterator:

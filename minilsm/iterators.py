@@ -106,6 +106,11 @@ class ScanHandle:
             item[2] = closed
         self.sources.clear()
 
+    def drop(self) -> None:
+        """Let go of the heap and the sources of a scan that will not step again (its generator closed).  O(sources)."""
+        self._heap.clear()
+        self.sources.clear()
+
     def check(self) -> None:
         """Raise `ClosedError` if the handle was cancelled.  O(1)."""
         if self.message is not None:

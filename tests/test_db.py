@@ -483,6 +483,28 @@ def test_an_iterator_closed_with_its_store_lets_go_of_what_it_read(db_path: str)
         it.close()  # closing it too is harmless
 
 
+@pytest.mark.parametrize("started", [False, True], ids=["unstarted", "started"])
+def test_a_closed_iterator_lets_go_of_what_it_read(db_path: str, started: bool) -> None:
+    """Was: since the scan's heap and sources live in its pin (for close() to cancel), an iterator closed by
+    its `close` still held them as long as the object lived: the memtable it read (kept after its flush), the
+    tables and the blocks it had decoded."""
+    db = minilsm.DB(db_path, **small_options(memtable_size=1 << 20))
+    fill(db, 300)
+    read = [db._mem, *(t for _, t in db.version.tables())]  # neither takes a weak reference
+    it = db.iterator()
+    if started:
+        next(it)
+    it.close()
+    db.flush()
+    db.compact_range()  # the memtable and the tables the iterator read are now garbage
+    gc.collect()
+    kept = [o for o in read if [r for r in gc.get_referrers(o) if r is not read]]
+    assert not kept, "a closed iterator keeps what it read"
+    with pytest.raises(StopIteration):
+        next(it)
+    db.close()
+
+
 def test_a_snapshot_of_a_closed_store_raises_closed_error_naming_the_store(db_path: str) -> None:
     db = minilsm.DB(db_path)
     db.put(b"k", b"v")

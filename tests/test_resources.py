@@ -196,3 +196,53 @@ def test_soak_no_growth(db_path: str, request: pytest.FixtureRequest) -> None:
     # Fixed key space, bounded caches: disk and memory wander within a band; they must not trend up.
     assert max(s.disk for s in warm) <= 4 * min(s.disk for s in warm) + (256 << 10), "store grows on disk"
     assert max(s.rss for s in warm) - first.rss <= 24 << 20, "memory grows"
+
+
+class _HeldOpens(minilsm.fs.FileSystem):
+    """A file system whose next table open, once armed, waits at a gate until the test opens it."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.reached = threading.Event()
+        self.gate = threading.Event()
+
+    def open_random(self, path: str) -> minilsm.fs.RandomAccessFile:
+        if self.armed and path.endswith(".sst"):
+            self.armed = False
+            self.reached.set()
+            self.gate.wait(30)
+        return super().open_random(path)
+
+
+@pytest.mark.parametrize("read", ["get", "scan"])
+def test_a_read_opening_a_table_file_as_the_store_closes_leaves_no_file_open(db_path: str, read: str) -> None:
+    """Was: a read that found its table open, then opened the file through the store's file cache just after
+    close() had emptied it, put the file in the closed store's cache: it stayed open, for as long as the DB
+    object lived."""
+    fs = _HeldOpens()
+    db = minilsm.DB(db_path, **small_options(fs=fs, block_cache_size=0, max_open_files=1, level0_compaction_trigger=4))
+    for k in (b"a", b"b"):
+        db.put(k, b"v")
+        db.flush()  # two tables; the cache keeps only the newer one's file open
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            if read == "get":
+                assert db.get(b"a") == b"v"
+            else:
+                assert next(db.iterator(stop=b"b")) == (b"a", b"v")
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    fs.armed = True  # the read of b"a" opens the older table's file again
+    reader = threading.Thread(target=run, daemon=True)
+    reader.start()
+    assert fs.reached.wait(10)
+    db.close()
+    fs.gate.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert len(outcome) == 1 and (outcome[0] is None or isinstance(outcome[0], minilsm.ClosedError)), outcome
+    assert table_fds(db_path) == 0, "a table file opened during close() stays open"

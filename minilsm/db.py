@@ -388,7 +388,7 @@ class DB:
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
-        return WriteBatch(_writer=lambda batch: self._write_batch(batch, sync))
+        return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync)
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
         """Apply every operation of `batch` atomically: after a crash too, all or none.
@@ -397,11 +397,14 @@ class DB:
         if the write raises: its ``with`` block's end writes nothing more, and
         writing it again (or one already written or discarded,
         `WriteBatch.closed`) raises `ClosedError`, since that would put its old
-        values back over newer writes.  `sync` is
-        this call's, not the one given to `write_batch`.
+        values back over newer writes.  Without `sync` here, a batch from
+        ``write_batch(sync=...)`` is written as that call asked, any other as
+        the store's `sync` option says.
         """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
+        if sync is None:
+            sync = batch._sync
         batch._apply(lambda b: self._write_batch(b, sync))
 
     def _write_batch(self, batch: WriteBatch, sync: bool | None) -> None:

@@ -670,3 +670,27 @@ def test_regression_a_failed_background_flush_fails_the_flush_call(kind: str, nt
     db.close()
     with minilsm.DB(path, **small_options()) as db:
         assert db.get(b"k") == b"v"
+
+
+@pytest.mark.parametrize("where", ["block end", "db.write"])
+def test_a_batch_from_write_batch_sync_true_survives_a_power_cut_however_it_is_written(
+    tmp_path: object, where: str
+) -> None:
+    """Was: ``db.write(wb)`` of a batch from ``write_batch(sync=True)`` wrote it with the store's sync (off), so
+    a power cut lost a batch the caller had asked to make durable.  Without a `sync` of its own, db.write now
+    writes such a batch as write_batch was told; an explicit ``sync=False`` still wins."""
+    path = os.path.join(str(tmp_path), "db")
+    fs = FaultFS()
+    db = minilsm.DB(path, fs=fs)
+    with db.write_batch(sync=True) as wb:
+        wb.put(b"synced", b"1")
+        if where == "db.write":
+            db.write(wb)
+    with db.write_batch(sync=True) as wb:
+        wb.put(b"overridden", b"2")
+        db.write(wb, sync=False)
+    crash(db)
+    fs.crash()
+    with minilsm.DB(path) as db:
+        assert db.get(b"synced") == b"1"
+        assert db.get(b"overridden") is None

@@ -456,29 +456,25 @@ class HeldReads(minilsm.fs.FileSystem):
         return File()
 
 
-def test_closing_an_iterator_while_another_thread_steps_it_keeps_its_tables(db_path: str) -> None:
-    """Was: close() from another thread while the iterator's generator was running could not stop it, yet let
-    go of its tables; a compaction then deleted them under the loop, which failed with StoreIOError."""
+def store_of_flushed_keys_with_held_reads(db_path: str) -> tuple[HeldReads, minilsm.DB, dict[bytes, bytes]]:
+    """A store on a `HeldReads` file system holding 200 keys in tables (no block cache), and those keys."""
     fs = HeldReads()
     db = minilsm.DB(db_path, **small_options(fs=fs, block_cache_size=0))
     data = {b"k%03d" % i: b"v" * 30 for i in range(200)}
     for k, v in data.items():
         db.put(k, v)
     db.flush()
+    return fs, db, data
+
+
+def test_closing_an_iterator_while_another_thread_steps_it_keeps_its_tables(db_path: str) -> None:
+    """Was: close() from another thread while the iterator's generator was running could not stop it, yet let
+    go of its tables; a compaction then deleted them under the loop, which failed with StoreIOError."""
+    fs, db, data = store_of_flushed_keys_with_held_reads(db_path)
     it = db.iterator()
     got: list[tuple[bytes, bytes]] = []
-    errors: list[BaseException] = []
-
-    def scan() -> None:
-        try:
-            for kv in it:
-                got.append(kv)
-        except BaseException as e:
-            errors.append(e)
-
     fs.left = 3  # the scan's third block read waits, inside the iterator's generator
-    reader = threading.Thread(target=scan, daemon=True)
-    reader.start()
+    reader, outcome = in_thread(lambda: got.extend(it))
     assert fs.reached.wait(10)
     it.close()  # from this thread, while the generator runs in the other
     db.put(b"k000", b"new")
@@ -486,7 +482,7 @@ def test_closing_an_iterator_while_another_thread_steps_it_keeps_its_tables(db_p
     fs.gate.set()
     reader.join(10)
     assert not reader.is_alive()
-    assert not errors, errors
+    assert outcome == [None]
     assert got == sorted(data.items())[: len(got)]
     db.close()
 
@@ -498,33 +494,18 @@ def test_closing_the_store_while_another_thread_steps_an_iterator_ends_that_scan
     it held and end at its next block read with a ClosedError naming a table (or never, in memory).  Now
     the step under way finishes, the next one raises ClosedError naming the store, and close() does not
     wait for the scan."""
-    fs = HeldReads()
-    db = minilsm.DB(db_path, **small_options(fs=fs, block_cache_size=0))
-    data = {b"k%03d" % i: b"v" * 30 for i in range(200)}
-    for k, v in data.items():
-        db.put(k, v)
-    db.flush()
+    fs, db, data = store_of_flushed_keys_with_held_reads(db_path)
     it = db.iterator()
     got = [next(it) for _ in range(20)]  # past the first block of every table
-    errors: list[BaseException] = []
-
-    def scan() -> None:
-        try:
-            for kv in it:
-                got.append(kv)
-        except BaseException as e:
-            errors.append(e)
-
     fs.left = 1  # the scan's next block read waits, inside the iterator's generator
-    reader = threading.Thread(target=scan, daemon=True)
-    reader.start()
+    reader, outcome = in_thread(lambda: got.extend(it))
     assert fs.reached.wait(10)
     db.close()  # from this thread, while the generator runs in the other
     fs.gate.set()
     reader.join(10)
     assert not reader.is_alive()
-    assert len(errors) == 1 and isinstance(errors[0], minilsm.ClosedError), errors
-    assert re.search(re.escape(f"{db_path}: the store is closed"), str(errors[0]))
+    assert len(outcome) == 1 and isinstance(outcome[0], minilsm.ClosedError), outcome
+    assert re.search(re.escape(f"{db_path}: the store is closed"), str(outcome[0]))
     assert len(got) < len(data) and got == sorted(data.items())[: len(got)]
 
 

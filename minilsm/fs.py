@@ -13,6 +13,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 from typing import Final, Protocol
 
 _WRITE_BUFFER: Final = 64 * 1024
@@ -173,7 +174,13 @@ class _PosixRandomAccessFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDONLY)
-        self._size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        if stat.S_ISDIR(st.st_mode):
+            # os.open takes a directory; its first pread would then fail with an error naming no file.
+            os.close(self._fd)
+            self._fd = -1
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        self._size = st.st_size
 
     def pread(self, offset: int, size: int) -> bytes:
         return os.pread(self._fd, size, offset)

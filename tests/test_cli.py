@@ -322,3 +322,19 @@ def test_dump_describes_the_file_it_is_given(store: str, tmp_path: Path, capsys:
     expected = json.loads(run(capsys, "dump", second, "--json", "--entries")[1])
     got = json.loads(run(capsys, "dump", str(tmp_path / "000005.sst"), "--json", "--entries")[1])
     assert got["entries"] != expected["entries"]  # the copies differ: the test tells them apart
+
+
+def test_a_table_that_is_a_directory_is_named_in_the_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: a table file replaced by a directory opened (os.open of a directory succeeds) and failed at its first
+    read, whose error has no file name: ``opening the store failed: [Errno 21] Is a directory``, naming nothing.
+    (On tmpfs a directory is a few bytes long and reads as a too-short table instead: hence tmp_path.)"""
+    store = str(tmp_path / "store")
+    build(store, 50)
+    name = tables_of(store)[0]
+    table = os.path.join(store, name)
+    os.remove(table)
+    os.mkdir(table)
+    for argv in (["scan", store], ["dump", table]):
+        code, _, err = run(capsys, *argv)
+        assert code == EXIT_ERROR
+        assert name in err, err

@@ -1265,6 +1265,10 @@ class Snapshot:
             self._closed = True
             self._finalizer()
 
+    def release(self) -> None:
+        """`close` under plyvel's other name for it."""
+        self.close()
+
     def __enter__(self) -> Snapshot:
         return self
 

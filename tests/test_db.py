@@ -279,6 +279,19 @@ def test_snapshot_keeps_the_old_view_through_compaction(db: minilsm.DB) -> None:
         snap.get(b"k00000")
 
 
+def test_snapshot_release_is_close_as_in_plyvel(db: minilsm.DB) -> None:
+    """plyvel's Snapshot has both close() and release(); minilsm's had close() only (AttributeError)."""
+    db.put(b"k", b"old")
+    snap = db.snapshot()
+    db.put(b"k", b"new")
+    assert snap.get(b"k") == b"old"
+    snap.release()
+    with pytest.raises(minilsm.ClosedError):
+        snap.get(b"k")
+    snap.release()  # twice is harmless, as close() is
+    assert db.get(b"k") == b"new"
+
+
 def test_write_batch_is_atomic_and_discarded_on_exception(db: minilsm.DB) -> None:
     db.put(b"b", b"old")
     with db.write_batch() as wb:

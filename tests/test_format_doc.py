@@ -404,6 +404,13 @@ def test_the_manifest_decodes_as_documented(db_path: str) -> None:
     assert list(example) == documented_keys and all(list(t) == table_keys for lv in example["levels"] for t in lv)
 
 
+def test_both_readings_of_the_digest_agree() -> None:
+    """BLOOM.md, "Hashing": h2 is the first 8 bytes of the canonical (big-endian) digest, h1 the last 8."""
+    for key in (b"", b"apple", b"k%05d" % 42):
+        digest = xxhash.xxh3_128_digest(key)
+        assert key_hash(key) == (int.from_bytes(digest[8:], "big"), int.from_bytes(digest[:8], "big"))
+
+
 def test_table_file_names() -> None:
     """FORMAT.md, "Naming": table n lives in "%06d.sst" % n."""
     from minilsm.sstable import table_file_name

@@ -74,7 +74,13 @@ def _print_json(obj: object) -> None:
 
 def _open(args: argparse.Namespace, *, create: bool = False, **options: Any) -> DB:
     try:
-        return DB(args.path, create_if_missing=create, background=False, **options)
+        return DB(
+            args.path,
+            create_if_missing=create,
+            background=False,
+            compaction_style=args.compaction_style,
+            **options,
+        )
     except ValueError as e:
         # The options are valid (argparse checked them), so the store refused them: one with tables
         # below the default max_levels.  The store cannot be used with this command's options.
@@ -253,6 +259,16 @@ def _parser() -> argparse.ArgumentParser:
         help="Bloom filter bits per key of the tables this writes (0: no filters; default 10)",
     )
 
+    # A store does not record its compaction style (LevelDB's options are not stored either), and a
+    # command that writes, or replays a log into a table, compacts as the store is opened.
+    style = argparse.ArgumentParser(add_help=False)
+    style.add_argument(
+        "--compaction-style",
+        choices=("leveled", "tiered"),
+        default="leveled",
+        help="open the store with this compaction style, as its application does (default leveled)",
+    )
+
     parser = argparse.ArgumentParser(
         prog="minilsm",
         description="minilsm: an LSM key-value store with Bloom filters you can measure.",
@@ -291,20 +307,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
-    p = command("get", cmd_get, "print the value of KEY (exit status 1 if absent)")
+    p = command("get", cmd_get, "print the value of KEY (exit status 1 if absent)", [style])
     p.add_argument("path", metavar="PATH")
     p.add_argument("key", metavar="KEY")
 
-    p = command("put", cmd_put, "set KEY to VALUE (creates the store if missing; synced)", [bpk])
+    p = command("put", cmd_put, "set KEY to VALUE (creates the store if missing; synced)", [bpk, style])
     p.add_argument("path", metavar="PATH")
     p.add_argument("key", metavar="KEY")
     p.add_argument("value", metavar="VALUE")
 
-    p = command("delete", cmd_delete, "delete KEY (synced)", [bpk])
+    p = command("delete", cmd_delete, "delete KEY (synced)", [bpk, style])
     p.add_argument("path", metavar="PATH")
     p.add_argument("key", metavar="KEY")
 
-    p = command("scan", cmd_scan, "print key<TAB>value lines in key order")
+    p = command("scan", cmd_scan, "print key<TAB>value lines in key order", [style])
     p.add_argument("path", metavar="PATH")
     p.add_argument("--start", metavar="KEY", help="first key (inclusive)")
     p.add_argument("--stop", metavar="KEY", help="end key (exclusive)")
@@ -312,17 +328,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reverse", action="store_true", help="descending order")
     p.add_argument("--limit", type=_positive, metavar="N", help="at most N pairs")
 
-    p = command("stats", cmd_stats, "counters, per-level filter figures, write and space amplification")
+    p = command("stats", cmd_stats, "counters, per-level filter figures, write and space amplification", [style])
     p.add_argument("path", metavar="PATH")
 
-    p = command("tables", cmd_tables, "every live table: level, keys, filter, expected vs measured FP rate")
+    p = command("tables", cmd_tables, "every live table: level, keys, filter, expected vs measured FP rate", [style])
     p.add_argument("path", metavar="PATH")
 
-    p = command("explain", cmd_explain, "read KEY and show each step: memtables, key ranges, filters, blocks")
+    p = command("explain", cmd_explain, "read KEY and show each step: memtables, key ranges, filters, blocks", [style])
     p.add_argument("path", metavar="PATH")
     p.add_argument("key", metavar="KEY")
 
-    p = command("compact", cmd_compact, "compact the store (or [--start, --stop]) down to the bottom level", [bpk])
+    p = command(
+        "compact", cmd_compact, "compact the store (or [--start, --stop]) down to the bottom level", [bpk, style]
+    )
     p.add_argument("path", metavar="PATH")
     p.add_argument("--start", metavar="KEY", help="first key of the range")
     p.add_argument("--stop", metavar="KEY", help="last key of the range")

@@ -121,6 +121,38 @@ def test_compact(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == EXIT_OK and out.startswith("before:") and "after:" in out
 
 
+def test_a_tiered_store_keeps_its_shape_under_compaction_style_tiered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: every command opened the store leveled, so `put` or `compact` on a size-tiered store moved its runs
+    into levels 1 and up (the store does not record its style).  `--compaction-style tiered` opens it as its
+    application does; without it the command still works, leveled."""
+    path = str(tmp_path / "tiered")
+    with minilsm.DB(path, **small_options(compaction_style="tiered")) as db:
+        for i in range(300):
+            db.put(key(i), b"v" * 40)
+        db.delete(key(7))
+        db.flush()
+        assert len(db.version.levels[0]) > 1
+    for argv in (
+        ("put", path, "new", "value"),
+        ("delete", path, key(8).decode()),
+        ("compact", path),
+        ("get", path, key(9).decode()),
+    ):
+        assert run(capsys, *argv, "--compaction-style", "tiered")[0] == EXIT_OK
+    with minilsm.DB(path, compaction_style="tiered") as db:
+        assert [len(level) for level in db.version.levels[1:]] == [0] * (len(db.version.levels) - 1)
+        assert len(db.version.levels[0]) == 1  # compact_range merged the runs into one, in level 0
+        assert db.get(b"new") == b"value" and db.get(key(7)) is None and db.get(key(8)) is None
+    assert run(capsys, "compact", path)[0] == EXIT_OK  # leveled, the default: moves the data down
+    with minilsm.DB(path) as db:
+        assert not db.version.levels[0] and db.get(key(9)) == b"v" * 40
+    with pytest.raises(SystemExit) as exited:
+        main(["get", path, "k", "--compaction-style", "sideways"])
+    assert exited.value.code == EXIT_USAGE and "invalid choice" in capsys.readouterr().err
+
+
 def test_dump(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     table = os.path.join(store, tables_of(store)[0])
     code, out, _ = run(capsys, "dump", table)

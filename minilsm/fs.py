@@ -58,7 +58,8 @@ class FileSystem:
 
     def read_file(self, path: str) -> bytes:
         """The whole content of a small file (log, manifest, CURRENT)."""
-        with open(path, "rb") as f:
+        fd, _ = _open_regular(path)
+        with open(fd, "rb") as f:
             return f.read()
 
     def rename(self, src: str, dst: str) -> None:
@@ -168,18 +169,29 @@ class _PosixWritableFile:
             self.close()
 
 
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of `path` and its stat, refusing anything but a regular file with `path` in the error.
+
+    os.open takes a directory, whose first read then fails with an error naming no file, and
+    blocks on a FIFO until a writer comes: O_NONBLOCK (no effect on a regular file's reads) and
+    the type check turn both into an error at once.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL
+        raise OSError(code, os.strerror(code) if code == errno.EISDIR else "not a regular file", path)
+    return fd, st
+
+
 class _PosixRandomAccessFile:
     __slots__ = ("_fd", "_size", "path")
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDONLY)
-        st = os.fstat(self._fd)
-        if stat.S_ISDIR(st.st_mode):
-            # os.open takes a directory; its first pread would then fail with an error naming no file.
-            os.close(self._fd)
-            self._fd = -1
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        self._fd = -1  # for close() in __del__ if the open below raises
+        self._fd, st = _open_regular(path)
         self._size = st.st_size
 
     def pread(self, offset: int, size: int) -> bytes:

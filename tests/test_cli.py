@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -370,3 +371,23 @@ def test_a_table_that_is_a_directory_is_named_in_the_error(tmp_path: Path, capsy
         code, _, err = run(capsys, *argv)
         assert code == EXIT_ERROR
         assert name in err, err
+
+
+@pytest.mark.parametrize("victim", ["table", "MANIFEST"])
+def test_a_fifo_in_place_of_a_store_file_is_an_error_naming_it_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], victim: str
+) -> None:
+    """Was: opening a FIFO for reading blocks until a writer comes, so a table file or MANIFEST replaced by a
+    FIFO hung every command (and DB()) forever.  Now only a regular file is opened, and the error names it."""
+    store = str(tmp_path / "store")
+    build(store, 50)
+    name = tables_of(store)[0] if victim == "table" else "MANIFEST"
+    os.remove(os.path.join(store, name))
+    os.mkfifo(os.path.join(store, name))
+    outcome: list[tuple[int, str, str]] = []
+    command = threading.Thread(target=lambda: outcome.append(run(capsys, "scan", store)), daemon=True)
+    command.start()
+    command.join(20)
+    assert outcome, "the command hung on the FIFO"
+    code, _, err = outcome[0]
+    assert code == EXIT_ERROR and name in err, err

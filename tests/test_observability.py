@@ -207,6 +207,8 @@ def test_tables_rows_describe_each_live_table(db_path: str) -> None:
         assert (t.smallest, t.largest) == (r.smallest, r.largest)
         assert t.filter_bits >= 64 and t.filter_k == round(8 * math.log(2)) and t.bits_per_key >= 8
         assert t.filter_bytes == r.props.filter_size
+        # The bit array, the filter's 32-byte header and checksum, the block's 9-byte trailer (as RESULTS.md says).
+        assert t.filter_bytes == (t.filter_bits + 7) // 8 + 41
     assert sum(t.tombstones for t in rows) == 1
 
 

@@ -75,9 +75,12 @@ def load(db: minilsm.DB, numbers: Iterator[int], values: list[bytes]) -> None:
 
 
 def missing_keys(below: int, count: int, seed: int) -> list[bytes]:
-    """`count` random absent keys (odd numbers) sorting among the first `below` present keys."""
+    """`count` random absent keys (odd numbers), each between two of the first `below` present keys.
+
+    The last of those is ``2 * (below - 1)``: an odd number past it would fall in no table's key range.
+    """
     rand = random.Random(seed).randrange
-    return [KEY % (2 * rand(below) + 1) for _ in range(count)]
+    return [KEY % (2 * rand(below - 1) + 1) for _ in range(count)]
 
 
 def time_reads(db: minilsm.DB, keys: list[bytes], repeat: int) -> float:
@@ -328,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.num, args.probes, args.timed, args.repeat) < 1 or args.grow_to < 0:
         parser.error("--num, --probes, --timed and --repeat must be positive")
+    if args.num < 2 or args.grow_to == 1:
+        parser.error("--num and --grow-to (unless 0) must be at least 2: absent keys fall between two present ones")
     args.timed = min(args.timed, args.probes)
 
     params = {

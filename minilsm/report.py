@@ -348,7 +348,7 @@ def format_tables(rows: Sequence[TableInfo], show_key: ShowKey = show_bytes) -> 
             "filter",
             "expected FPR",
             "measured FPR",
-            "probes",
+            "absent probes",
         ),
         (
             (

@@ -158,7 +158,7 @@ class TableInfo:
     filter_k: int
     """k: probes per key."""
     filter_bytes: int
-    """The filter block's size in the file (bit array plus its small header)."""
+    """The filter block's size in the file (bit array, 32-byte header and checksum, 9-byte block trailer)."""
     expected_fpr: float
     """(1 - e^(-kn/m))^k from this table's own n, m and k; 1.0 without a filter."""
     filter: FilterCounts

@@ -80,3 +80,17 @@ def test_the_tiered_variant_runs_only_when_named(tmp_path: Path, capsys: pytest.
     assert "compaction_style='tiered'" in report["stores"]["minilsm-tiered"]["config"]
     assert report["results"]["minilsm-tiered"]["workloads"]["readmissing"]["ops_per_sec"] > 0
     assert "minilsm-tiered" in capsys.readouterr().out
+
+
+def test_the_counters_table_says_readwhilewriting_counts_the_writers_compactions() -> None:
+    # Its block counters also hold the compactions the writer caused during the reads, so they can exceed one
+    # block per read with no false positive: the table must not pass them off as the reads' own.
+    per_read = {"tables_probed": 1.66, "filter_negatives": 0.7, "false_positives": 0.0048}
+    rows = {}
+    for name, blocks in (("readrandom", 0.624), ("readwhilewriting", 0.654)):
+        r = result(name, 1.0)
+        r.extra["per_read"] = {**per_read, "block_reads": blocks, "cache_hits": 0.422}
+        rows[name] = r
+    text = run.counters_table({"results": rows})
+    assert "writer's compactions" in text
+    assert "writer's compactions" not in run.counters_table({"results": {"readrandom": rows["readrandom"]}})

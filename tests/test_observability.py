@@ -15,7 +15,7 @@ from storeutil import fast_tmp_dir, small_options
 
 import minilsm
 from minilsm.db import DB
-from minilsm.report import ReadTrace
+from minilsm.report import ReadTrace, format_tables
 from minilsm.stats import COUNTER_NAMES, DERIVED_COUNTERS, DBStats, Stats
 
 
@@ -207,7 +207,26 @@ def test_tables_rows_describe_each_live_table(db_path: str) -> None:
         assert (t.smallest, t.largest) == (r.smallest, r.largest)
         assert t.filter_bits >= 64 and t.filter_k == round(8 * math.log(2)) and t.bits_per_key >= 8
         assert t.filter_bytes == r.props.filter_size
+        # The bit array, the filter's 32-byte header and checksum, the block's 9-byte trailer (as RESULTS.md says).
+        assert t.filter_bytes == (t.filter_bits + 7) // 8 + 41
     assert sum(t.tombstones for t in rows) == 1
+
+
+def test_tables_text_names_the_probes_its_last_column_counts(db_path: str) -> None:
+    # The last column is the measured rate's denominator: probes for keys the table does not hold.  Reads
+    # that find their key probe the table too, so a bare "probes" would understate them.
+    with DB(db_path, **small_options(memtable_size=1 << 20)) as db:
+        load(db, range(0, 100, 2))
+        db.flush()
+        db.stats(reset=True)
+        for n in range(0, 20, 2):
+            db.get(key(n))
+        for n in range(1, 7, 2):
+            db.get(key(n))
+        (row,) = db.tables()
+        header, line = format_tables([row]).splitlines()
+    assert row.filter.checks == 13 and row.filter.absent_probes == 3
+    assert header.endswith("absent probes") and line.endswith(" 3")
 
 
 # -- explain() ---------------------------------------------------------------------

@@ -299,7 +299,11 @@ def overwrite(store: Store, data: Data) -> Result:
 def read(store: Store, data: Data, name: str) -> Result:
     """readrandom, readmissing or readhot."""
     p = data.params
-    below = max(1, int(p.num * HOT_FRACTION)) if name == "readhot" else None
+    below = None
+    if name == "readhot":
+        below = max(1, int(p.num * HOT_FRACTION))
+    elif name == "readmissing":
+        below = max(1, p.num - 1)  # absent key i sorts just after present key i: i = num - 1 would follow them all
     chunks = data.random_keys(name, p.reads, below, missing=name == "readmissing")
     get = store.get
     result = measure(name, chunks, lambda c: _bulk(get, c), lambda c, lat: _each(get, c, lat), p.budget)

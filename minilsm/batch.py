@@ -145,13 +145,20 @@ class WriteBatch:
     O(1) otherwise; `len`, `approximate_size` O(1).
     """
 
-    __slots__ = ("_closed", "_ops", "_size", "_sync", "_writer")
+    __slots__ = ("_closed", "_ops", "_owner", "_size", "_sync", "_writer")
 
-    def __init__(self, *, _writer: Callable[[WriteBatch], None] | None = None, _sync: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        _writer: Callable[[WriteBatch], None] | None = None,
+        _sync: bool | None = None,
+        _owner: object = None,
+    ) -> None:
         self._ops: list[Op] = []
         self._size = BATCH_HEADER_SIZE
         self._writer = _writer
         self._sync = _sync  # a bound batch's `sync=` from ``db.write_batch``: how it is written unless told otherwise
+        self._owner = _owner  # the store a bound batch belongs to
         self._closed = False
 
     def put(self, key: bytes, value: bytes) -> None:

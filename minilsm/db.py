@@ -388,7 +388,7 @@ class DB:
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
-        return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync)
+        return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync, _owner=self)
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
         """Apply every operation of `batch` atomically: after a crash too, all or none.
@@ -397,12 +397,16 @@ class DB:
         if the write raises: its ``with`` block's end writes nothing more, and
         writing it again (or one already written or discarded,
         `WriteBatch.closed`) raises `ClosedError`, since that would put its old
-        values back over newer writes.  Without `sync` here, a batch from
+        values back over newer writes.  A batch from another store's
+        `write_batch` raises `ValueError`.  Without `sync` here, a batch from
         ``write_batch(sync=...)`` is written as that call asked, any other as
         the store's `sync` option says.
         """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
+        if batch._owner is not None and batch._owner is not self:
+            # Written here it would be spent, and its own store would never get it.
+            raise ValueError("this WriteBatch belongs to another store (its write_batch()); write it there")
         if sync is None:
             sync = batch._sync
         batch._apply(lambda b: self._write_batch(b, sync))

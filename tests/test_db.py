@@ -328,6 +328,22 @@ def test_a_bound_batch_once_written_or_discarded_is_not_written_again_through_db
     assert db.get(b"k") == b"new" and db.last_sequence == seq
 
 
+def test_db_write_refuses_a_batch_bound_to_another_store(tmp_path: object) -> None:
+    """Was: ``other.write(wb)`` of a batch from ``db.write_batch()`` wrote it into `other` and spent it, so its
+    with-block ended without writing anything to `db`: the writes went to the wrong store, silently."""
+    with minilsm.DB(os.path.join(str(tmp_path), "a")) as db, minilsm.DB(os.path.join(str(tmp_path), "b")) as other:
+        with db.write_batch() as wb:
+            wb.put(b"k", b"v")
+            with pytest.raises(ValueError, match="another store"):
+                other.write(wb)
+            assert not wb.closed
+        assert db.get(b"k") == b"v" and other.get(b"k") is None
+        loose = minilsm.WriteBatch()  # a standalone batch belongs to no store: any store may write it
+        loose.put(b"k", b"loose")
+        other.write(loose)
+        assert other.get(b"k") == b"loose"
+
+
 def test_db_write_of_a_bound_batch_inside_its_block_writes_it_once(db: minilsm.DB) -> None:
     """Was: ``db.write(wb)`` inside ``with db.write_batch() as wb`` applied the batch, and the block's end
     applied it again, putting its old values back over the writes made in between.  Now db.write spends a

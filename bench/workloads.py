@@ -273,8 +273,11 @@ class Data:
     def random_keys(
         self, salt: str, count: int, below: int | None = None, missing: bool = False
     ) -> Iterator[list[bytes]]:
+        """Chunks of `count` random keys: present key i for i < `below` (default all), or with `missing` the absent
+        key just after it, drawn only where a present key follows too, so that it lies inside the data."""
         odd = 1 if missing else 0
-        below = self.params.num if below is None else below
+        if below is None:
+            below = max(1, self.params.num - odd)  # absent key num - 1 would sort after every present key
         for numbers in self.random_numbers(salt, count, below):
             yield [KEY_FORMAT % (2 * i + odd) for i in numbers]
 
@@ -299,11 +302,7 @@ def overwrite(store: Store, data: Data) -> Result:
 def read(store: Store, data: Data, name: str) -> Result:
     """readrandom, readmissing or readhot."""
     p = data.params
-    below = None
-    if name == "readhot":
-        below = max(1, int(p.num * HOT_FRACTION))
-    elif name == "readmissing":
-        below = max(1, p.num - 1)  # absent key i sorts just after present key i: i = num - 1 would follow them all
+    below = max(1, int(p.num * HOT_FRACTION)) if name == "readhot" else None
     chunks = data.random_keys(name, p.reads, below, missing=name == "readmissing")
     get = store.get
     result = measure(name, chunks, lambda c: _bulk(get, c), lambda c, lat: _each(get, c, lat), p.budget)

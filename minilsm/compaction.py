@@ -113,7 +113,7 @@ def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes
         if score >= best_score:
             best_level, best_score = level, score
     if best_level < 0:
-        return seek_compaction(version) if options.seek_compaction else None
+        return seek_compaction(version, options) if options.seek_compaction else None
     if best_level == 0:
         return level0_compaction(version, "level 0 has too many tables")
     tables = version.levels[best_level]
@@ -125,7 +125,7 @@ def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes
     return Compaction(best_level, best_level + 1, [chosen], overlaps, f"level {best_level} over its size limit")
 
 
-def seek_compaction(version: Version) -> Compaction | None:
+def seek_compaction(version: Version, options: Options) -> Compaction | None:
     """The table most over its seek allowance, merged into the level below; None if no table is over.
 
     LevelDB's seek compaction: a read that probes a table in vain and goes on to
@@ -137,7 +137,9 @@ def seek_compaction(version: Version) -> Compaction | None:
     pay nothing more), so its tables reach the allowance sooner.  A table that no
     other table is probed after (nothing older overlaps its key range) is never
     chosen: LevelDB never charges it, and compacting it would save no probe.
-    O(tables), plus O(levels log tables) per table over its allowance.
+    Nor is one whose merge could fill the level below past its size limit
+    (`_fits_below`).  O(tables), plus O(levels log tables) per table over its
+    allowance.
     """
     over = [(t.seek_charge / seek_allowance(t), level, t) for level, t in version.tables()]
     over = [o for o in over if o[0] >= 1.0]
@@ -147,9 +149,31 @@ def seek_compaction(version: Version) -> Compaction | None:
             continue
         reason = f"seek compaction: table {t.number} probed {t.seek_charge} times without a hit"
         if level == 0:
-            return level0_compaction(version, reason)
-        return Compaction(level, level + 1, [t], version.overlapping(level + 1, t.smallest, t.largest), reason)
+            c = level0_compaction(version, reason)
+        else:
+            c = Compaction(level, level + 1, [t], version.overlapping(level + 1, t.smallest, t.largest), reason)
+        if c is not None and _fits_below(version, options, c):
+            return c
     return None
+
+
+def _fits_below(version: Version, options: Options, c: Compaction) -> bool:
+    """Whether `c`'s output level stays within its size limit even if the merge drops nothing.
+
+    The seek allowance weighs a table's vain probes against the price of one
+    merge.  A merge that fills the level below past its limit sets off size
+    compactions there, and in a store whose levels all sit at their limits (as
+    a large load leaves them) those run down the whole tree: at 10M keys the
+    first reads after a reopen set off 117 compactions and 1.6 GB of rewriting,
+    and ran at a tenth of their rate for over a minute (bench/RESULTS.md, "Seek
+    compaction at 10M keys").  Such a table waits until the level below has
+    room.  O(tables in the output level).
+    """
+    out = c.output_level
+    if out >= options.max_levels - 1:  # the last level has no limit
+        return True
+    grown = version.level_bytes(out) + sum(t.file_size for t in c.inputs)
+    return grown <= max_bytes_for_level(options, out)
 
 
 def _probed_after(version: Version, level: int, t: TableReader) -> bool:

@@ -107,7 +107,8 @@ def test_a_stats_reset_keeps_the_seek_charge(db_path: str) -> None:
 
 def test_the_seek_pick_charges_vain_probes_against_the_allowance(db_path: str) -> None:
     load(db_path)
-    with minilsm.DB(db_path, **options()) as db:
+    # Levels twice the size the load had: room below every table (see the next test for a full level).
+    with minilsm.DB(db_path, **options(level1_max_bytes=16384)) as db:
         v, opts = db.version, db.options
         assert compaction.pick_compaction(v, opts, db._compact_pointers) is None
         (_, t), *_ = v.tables()  # the newest level-0 table
@@ -129,6 +130,26 @@ def test_the_seek_pick_charges_vain_probes_against_the_allowance(db_path: str) -
         c = compaction.pick_compaction(v, opts, db._compact_pointers)
         below = v.overlapping(2, mid.smallest, mid.largest)
         assert c is not None and (c.level, c.inputs, c.overlaps) == (1, [mid], below)
+
+
+def test_a_seek_compaction_waits_until_the_level_below_has_room(db_path: str) -> None:
+    """A merge that would fill the level below past its limit would set off size compactions down the tree."""
+    load(db_path)
+    with minilsm.DB(db_path, **options()) as db:
+        v, opts = db.version, db.options
+        newest = v.levels[0][0]
+        newest.seek_charge_base = 10**6
+        level0_bytes = sum(t.file_size for t in v.levels[0])
+        assert v.level_bytes(1) + level0_bytes > compaction.max_bytes_for_level(opts, 1)  # the load left no room
+        assert compaction.pick_compaction(v, opts, db._compact_pointers) is None
+    # The same store and charge, with level 1 allowed just what the merge could make it: now it is picked.
+    limit = v.level_bytes(1) + level0_bytes
+    with minilsm.DB(db_path, **options(level1_max_bytes=limit)) as db:
+        v, opts = db.version, db.options
+        v.levels[0][0].seek_charge_base = 10**6
+        c = compaction.pick_compaction(v, opts, db._compact_pointers)
+        assert c is not None and c.reason.startswith("seek") and c.level == 0
+        assert compaction.max_bytes_for_level(opts, 1) == limit
 
 
 def test_tiered_never_picks_a_seek_compaction(db_path: str) -> None:

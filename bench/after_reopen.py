@@ -6,8 +6,9 @@ waits for its compactions.  Then, for each setting of ``seek_compaction``, it co
 opens the copy and for `--seconds` alternates chunks of present-key and missing-key reads (the absent keys
 lie inside the data, so only filters reject them), reporting per tenth of the time (or per chunk of each
 kind, if that takes longer) each kind's rate, the compactions run so far and the tables per level.  Every
-setting starts from the same files, so the settings differ only in what the reads set off.  Rates are wall-clock over the chunk, so compaction running in the
-background thread (which shares the interpreter lock with the reads) slows them.
+setting starts from the same files, so the settings differ only in what the reads set off.  Rates are
+wall-clock over the chunk, so compaction running in the background thread (which shares the interpreter lock
+with the reads) slows them.
 """
 
 from __future__ import annotations

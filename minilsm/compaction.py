@@ -54,6 +54,8 @@ class Compaction:
     """Split output at target_file_size (leveled); a tiered run stays one table."""
     drops_all_tombstones: bool = False
     """True when nothing older than the inputs exists anywhere (tiered merge of the oldest runs)."""
+    by_seek: bool = False
+    """Set off by reads (seek compaction), not by the size of a level: the store paces these (see `db.SEEK_PACE`)."""
 
     @property
     def all_inputs(self) -> list[TableReader]:
@@ -97,10 +99,13 @@ def max_bytes_for_level(options: Options, level: int) -> int:
     return int(options.level1_max_bytes * options.level_size_multiplier ** (level - 1))
 
 
-def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes | None]) -> Compaction | None:
+def pick_compaction(
+    version: Version, options: Options, pointers: Sequence[bytes | None], *, seek: bool = True
+) -> Compaction | None:
     """The most urgent compaction, or None when nothing is due.  O(tables).
 
-    Leveled: the level most over its size limit; if none is, a seek compaction (when `options.seek_compaction`).
+    Leveled: the level most over its size limit; if none is, a seek compaction (when `options.seek_compaction`
+    and `seek`: the store holds seek compactions back for a while after one, see `db.SEEK_PACE`).
     """
     if options.compaction_style == "tiered":
         return _pick_tiered(version, options)
@@ -113,7 +118,7 @@ def pick_compaction(version: Version, options: Options, pointers: Sequence[bytes
         if score >= best_score:
             best_level, best_score = level, score
     if best_level < 0:
-        return seek_compaction(version, options) if options.seek_compaction else None
+        return seek_compaction(version, options) if options.seek_compaction and seek else None
     if best_level == 0:
         return level0_compaction(version, "level 0 has too many tables")
     tables = version.levels[best_level]
@@ -153,6 +158,7 @@ def seek_compaction(version: Version, options: Options) -> Compaction | None:
         else:
             c = Compaction(level, level + 1, [t], version.overlapping(level + 1, t.smallest, t.largest), reason)
         if c is not None and _fits_below(version, options, c):
+            c.by_seek = True
             return c
     return None
 

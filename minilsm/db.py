@@ -15,7 +15,7 @@ Background work (one thread, or inline with ``background=False``):
   is over its limit, or a table is probed in vain too often (seek compaction:
   reads only count, and the idle background thread looks every
   `SEEK_CHECK_INTERVAL` seconds; inline, it waits for the next write's
-  background work).  Each ends by atomically replacing the manifest; files that
+  background work; either way it takes at most a quarter of the time, `SEEK_PACE`).  Each ends by atomically replacing the manifest; files that
   no live `Version` needs are deleted afterwards.
 
 Locking: `_mutex` serializes writers and guards the state that changes
@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterator
@@ -74,6 +75,11 @@ LOCK_NAME: Final = "LOCK"
 SEEK_CHECK_INTERVAL: Final = 0.5
 """Seconds between the idle background thread's looks for a seek compaction (reads never wake it: they take
 no lock)."""
+SEEK_PACE: Final = 3.0
+"""After a seek compaction that took d seconds, the next may start only SEEK_PACE * d seconds later, so that work
+reads set off takes at most a quarter of the time.  Compaction shares the interpreter lock with the reads: at 10M
+keys, unpaced seek compactions ran back to back for over a minute after a reopen while reads went at a tenth of
+their rate (bench/RESULTS.md, "Seek compaction at 10M keys").  Size-triggered compactions are never held back."""
 _log = logging.getLogger("minilsm")
 
 _MISSING: Any = object()
@@ -121,6 +127,8 @@ class DB:
         self._bg_error: BaseException | None = None
         self._bg_thread: threading.Thread | None = None
         self._compacting = False
+        self._seek_resume_at = 0.0
+        """`time.monotonic()` before which no seek compaction starts (`SEEK_PACE`)."""
         self._snapshots: dict[int, int] = {}  # snapshot id -> its sequence number
         self._snapshot_ids = 0
         self._versions: weakref.WeakSet[Version] = weakref.WeakSet()  # every Version someone still holds
@@ -806,10 +814,11 @@ class DB:
                 self._cond.notify_all()
 
     def _has_background_work(self) -> bool:
-        return self._imm is not None or (
-            not self._compacting
-            and compaction.pick_compaction(self._version, self.options, self._compact_pointers) is not None
-        )
+        return self._imm is not None or (not self._compacting and self._pick_compaction() is not None)
+
+    def _pick_compaction(self) -> compaction.Compaction | None:
+        seek_ready = time.monotonic() >= self._seek_resume_at
+        return compaction.pick_compaction(self._version, self.options, self._compact_pointers, seek=seek_ready)
 
     def _do_background_work(self) -> None:
         """Inline mode: flush and compact until nothing is due (mutex held)."""
@@ -824,13 +833,17 @@ class DB:
             if self._imm is not None:
                 self._flush_immutable()
             else:
-                c = compaction.pick_compaction(self._version, self.options, self._compact_pointers)
+                c = self._pick_compaction()
                 if c is not None:
                     self._compacting = True
+                    started = time.monotonic()
                     try:
                         self._run_compaction(c, manual=False)
                     finally:
                         self._compacting = False
+                    if c.by_seek:
+                        finished = time.monotonic()
+                        self._seek_resume_at = finished + SEEK_PACE * (finished - started)
                     del c
             # Here, outside the job, no local still holds the version it replaced.
             self._delete_obsolete_files()

@@ -10,7 +10,7 @@ from storeutil import check_invariants, small_options
 
 import minilsm
 from minilsm import compaction
-from minilsm.db import SEEK_CHECK_INTERVAL
+from minilsm.db import SEEK_CHECK_INTERVAL, SEEK_PACE
 
 
 def options(**kw: object) -> dict[str, object]:
@@ -57,7 +57,8 @@ def test_missing_reads_compact_level0_away_in_the_background(db_path: str) -> No
             time.sleep(0.05)
         assert db.version.levels[0] == ()
         db.wait_for_compactions()
-        assert compaction.pick_compaction(db.version, db.options, db._compact_pointers) is None
+        # Nothing due by size; more seek compactions may wait for their pace (SEEK_PACE).
+        assert compaction.pick_compaction(db.version, db.options, db._compact_pointers, seek=False) is None
         assert db.stats().compactions >= 1
         after = read_missing(db)
         assert after < before
@@ -86,8 +87,7 @@ def test_inline_reads_alone_never_compact_the_next_writes_background_work_does(d
         db.put(b"k00000", b"new")  # a write that does not fill the memtable runs no background work
         assert db.version is version
         db.flush()
-        assert db.stats().compactions >= 1
-        assert db.version.levels[0] == ()
+        assert db.stats().compactions >= 1  # a seek compaction: one level-0 table more is below the size trigger
         model[b"k00000"] = b"new"
         assert {k: db.get(k) for k in model} == model
         check_invariants(db)
@@ -165,3 +165,28 @@ def test_tiered_never_picks_a_seek_compaction(db_path: str) -> None:
 def test_the_option_is_a_bool() -> None:
     with pytest.raises(TypeError, match="seek_compaction"):
         minilsm.Options(seek_compaction=1)  # type: ignore[arg-type]
+
+
+def test_seek_compactions_are_paced_and_size_compactions_are_not(db_path: str) -> None:
+    """Seek compactions share the interpreter lock with the reads that set them off: they take at most a quarter."""
+    load(db_path)
+    with minilsm.DB(db_path, **options(level1_max_bytes=16384)) as db:
+        for _, t in db.version.tables():
+            t.seek_charge_base = 10**6  # every table over its allowance: one seek compaction after another is due
+        before = db.stats().compactions
+        started = time.monotonic()
+        db.wait_for_compactions()  # inline: runs what is due now
+        took = time.monotonic() - started
+        assert db.stats().compactions == before + 1  # then the next seek compaction waits
+        assert started < db._seek_resume_at <= time.monotonic() + SEEK_PACE * took
+        assert compaction.pick_compaction(db.version, db.options, db._compact_pointers) is not None  # still due
+        db._seek_resume_at = 0.0  # as if the pause were over
+        db.wait_for_compactions()
+        assert db.stats().compactions == before + 2
+        # Size-triggered compactions run at once, paced or not: the writes' own background work does them.
+        db._seek_resume_at = time.monotonic() + 3600
+        rng = random.Random(5)
+        for _ in range(3000):
+            db.put(b"k%05d" % rng.randrange(4000), b"x" * 200)
+            assert compaction.pick_compaction(db.version, db.options, db._compact_pointers, seek=False) is None
+        assert db.stats().compactions > before + 2

@@ -15,8 +15,9 @@ Background work (one thread, or inline with ``background=False``):
   is over its limit, or a table is probed in vain too often (seek compaction:
   reads only count, and the idle background thread looks every
   `SEEK_CHECK_INTERVAL` seconds; inline, it waits for the next write's
-  background work; either way it takes at most a quarter of the time, `SEEK_PACE`).  Each ends by atomically replacing the manifest; files that
-  no live `Version` needs are deleted afterwards.
+  background work; either way, at most a quarter of the time: `SEEK_PACE`).
+  Each ends by atomically replacing the manifest; files that no live
+  `Version` needs are deleted afterwards.
 
 Locking: `_mutex` serializes writers and guards the state that changes
 (memtables, version, manifest fields).  Point reads take no lock: they read

@@ -1230,9 +1230,22 @@ class Snapshot:
         if self._db.closed:
             raise ClosedError(f"{self._db.path}: the store is closed")
 
+    def _check_still_held(self) -> None:
+        """After a read: raise if another thread released the snapshot meanwhile.
+
+        Reads take no lock.  Once released, the snapshot no longer holds back compaction, and a read that
+        then met the tables of a compaction begun after the release may have missed versions only this
+        snapshot kept; the release sets `_closed` before it lets go, so a read that finds it still unset
+        here ran wholly while the snapshot was held, and its answer is the snapshot's.
+        """
+        if self._closed:
+            raise ClosedError("the snapshot was closed during the read")
+
     def get(self, key: bytes, default: Any = None) -> Any:
         self._check()
-        return self._db._get(check_key(key), self.sequence, default, None)
+        value = self._db._get(check_key(key), self.sequence, default, None)
+        self._check_still_held()
+        return value
 
     def iterator(
         self,
@@ -1247,9 +1260,15 @@ class Snapshot:
         include_stop: bool = False,
     ) -> DBIterator:
         self._check()
-        return self._db._iterator(
+        it = self._db._iterator(
             self.sequence, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
         )
+        try:
+            self._check_still_held()
+        except ClosedError:
+            it.close()
+            raise
+        return it  # its tables are fixed now: the snapshot's release no longer matters to it
 
     def __getitem__(self, key: bytes) -> bytes:
         value = self.get(key, _MISSING)
@@ -1264,7 +1283,11 @@ class Snapshot:
         return iter(self.iterator(include_value=False))
 
     def close(self) -> None:
-        """Release the snapshot: compaction may now drop the versions only it could see."""
+        """Release the snapshot: compaction may now drop the versions only it could see.
+
+        A read of it running in another thread meanwhile gives the snapshot's answer or raises `ClosedError`;
+        an iterator made before the release reads on, unchanged.
+        """
         if not self._closed:
             self._closed = True
             self._finalizer()

@@ -606,3 +606,38 @@ def test_a_read_overtaken_by_an_overwrite_and_a_compaction_still_finds_the_key(d
             assert db.may_contain(b"k")
         assert db.preempt is None  # the writer did run inside the read
         assert [t.entries for t in db.tables()] == [1] and db.get(b"k") == b"v2"
+
+
+@pytest.mark.parametrize("read", ["get", "in", "iterator", "reverse"])
+def test_a_snapshot_read_overtaken_by_its_own_release_and_a_compaction_gives_its_value_or_closed_error(
+    db_path: str, read: str
+) -> None:
+    """Was: a read of a snapshot that another thread closed meanwhile went on at the snapshot's sequence number
+    against tables a compaction had rewritten without the versions only that snapshot kept: get returned None
+    (`in` False, a scan nothing) for a key the snapshot holds.  A read racing the release must give the
+    snapshot's answer or raise ClosedError, as a read after the release does."""
+    with _PreemptedDB(db_path, background=False) as db:
+        db.put(b"k", b"v1")
+        db.flush()
+        snap = db.snapshot()
+
+        def release_overwrite_and_compact() -> None:
+            snap.close()  # as another thread may, while this one reads
+            db.put(b"k", b"v2")
+            db.compact_range()  # no snapshot left: v1 goes
+
+        db.preempt = release_overwrite_and_compact
+        try:
+            if read == "get":
+                got: object = snap.get(b"k")
+                assert got == b"v1"
+            elif read == "in":
+                assert b"k" in snap
+            elif read == "iterator":
+                assert list(snap.iterator()) == [(b"k", b"v1")]
+            else:
+                assert list(snap.iterator(reverse=True, include_key=False)) == [b"v1"]
+        except minilsm.ClosedError:
+            pass
+        assert db.preempt is None  # the release and the compaction did run inside the read
+        assert [t.entries for t in db.tables()] == [1] and db.get(b"k") == b"v2"

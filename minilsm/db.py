@@ -795,15 +795,26 @@ class DB:
         opts = self.options
         # Only reads make a seek compaction due, and they never notify: look again now and then.
         timeout = SEEK_CHECK_INTERVAL if opts.seek_compaction and opts.compaction_style == "leveled" else None
+        failure: BaseException | None = None
         with self._mutex:
             while True:
                 while not self._closing and self._bg_error is None and not self._has_background_work():
                     self._cond.wait(timeout)
                 if self._closing or self._bg_error is not None:
                     self._cond.notify_all()
-                    return
+                    break
                 self._do_one_background_job()
+                failure = self._bg_error
                 self._cond.notify_all()
+        if failure is not None:
+            # Recorded for the next write to raise; but a store that takes no write after it (a reader, one
+            # closed next) would never say, and a bug's traceback would go with it.  Logged outside the mutex.
+            _log.error(
+                "%s: background flush or compaction failed; the store is read-only until reopened: %s",
+                self.path,
+                failure,
+                exc_info=failure,
+            )
 
     def _has_background_work(self) -> bool:
         return self._imm is not None or (

@@ -641,3 +641,32 @@ def test_a_snapshot_read_overtaken_by_its_own_release_and_a_compaction_gives_its
             pass
         assert db.preempt is None  # the release and the compaction did run inside the read
         assert [t.entries for t in db.tables()] == [1] and db.get(b"k") == b"v2"
+
+
+def test_a_background_failure_that_no_later_write_meets_is_still_reported(
+    db_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a flush or compaction failing in the background thread was recorded for the next write to raise,
+    and nowhere else: a store that took no write after it (a reader, or one closed next) said nothing at all,
+    and a bug's traceback (any exception there) was lost with it.  It is logged as an error, once."""
+    from faultfs import FaultFS
+
+    fs = FaultFS()
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    fs.arm("rename", 1)  # the first table the background thread finishes
+    with caplog.at_level("ERROR", logger="minilsm"):
+        n = 0
+        while db._imm is None and db._bg_error is None:  # until the memtable fills, and the flush begins
+            db.put(b"k%03d" % n, b"v" * 20)
+            n += 1
+        deadline = time.monotonic() + 10
+        while db._bg_error is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert fs.faults and db._bg_error is not None
+        db.close()
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1, caplog.text
+    assert db_path in errors[0].getMessage() and "read-only" in errors[0].getMessage()
+    assert errors[0].exc_info is not None and isinstance(errors[0].exc_info[1], minilsm.StoreIOError)
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k000") == b"v" * 20

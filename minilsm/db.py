@@ -803,8 +803,7 @@ class DB:
                 if self._closing or self._bg_error is not None:
                     self._cond.notify_all()
                     break
-                self._do_one_background_job()
-                failure = self._bg_error
+                failure = self._do_one_background_job()
                 self._cond.notify_all()
         if failure is not None:
             # Recorded for the next write to raise; but a store that takes no write after it (a reader, one
@@ -830,7 +829,8 @@ class DB:
                 raise self._bg_error  # this call's own failure; later writes get ReadOnlyError
         self._check_writable()
 
-    def _do_one_background_job(self) -> None:
+    def _do_one_background_job(self) -> BaseException | None:
+        """Flush the frozen memtable, or run one compaction if one is due (mutex held); returns its failure."""
         try:
             if self._imm is not None:
                 self._flush_immutable()
@@ -846,10 +846,12 @@ class DB:
             # Here, outside the job, no local still holds the version it replaced.
             self._delete_obsolete_files()
         except OSError as e:
-            self._fail_writes("a background flush or compaction", e)
+            return self._fail_writes("a background flush or compaction", e)
         except Exception as e:
             self._bg_error = e
             self._cond.notify_all()
+            return e
+        return None
 
     def _flush_immutable(self) -> None:
         imm = self._imm

@@ -527,7 +527,7 @@ def _run(
                 if r.random() < 0.5:
                     it.close()
                     try:
-                        next(it)
+                        call(lambda: next(it))  # once the store is closed too: ClosedError
                     except StopIteration:
                         pass
                     else:

@@ -26,7 +26,8 @@ memtable, so a reader always finds each write in at least one of the places it
 looks.  A flush or compaction keeps only the newest version of a key (and those
 snapshots see), so a version installed after the reader took its sequence
 number may lack the one that number sees: such a read starts again with a newer
-number (`Version.installed_at` tells).  A snapshot's reads need no such check.
+number (`Version.installed_at` tells).  A snapshot's reads need no such check while it is held; one that
+races the snapshot's release raises `ClosedError` (`Snapshot._check_still_held`).
 """
 
 from __future__ import annotations

@@ -433,22 +433,28 @@ class DB:
             seq = self._last_seq + 1
             try:
                 written = self._log.add_record(encode_batch(seq, ops), opts.sync if sync is None else sync)
+                add = self._mem.add
+                user_bytes = 0
+                for kind, key, value in ops:
+                    add(key, seq, kind, value)
+                    seq += 1
+                    user_bytes += len(key) + len(value)
+                self._last_seq = seq - 1  # publish: readers now see the whole batch
             except OSError as e:
                 # The log may now end in a partial record; appending more after it would
                 # bury the damage mid-log.  Refuse further writes until a reopen.
                 raise self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e) from e
-            add = self._mem.add
-            user_bytes = 0
-            for kind, key, value in ops:
-                add(key, seq, kind, value)
-                seq += 1
-                user_bytes += len(key) + len(value)
-            self._last_seq = seq - 1  # publish: readers now see the whole batch
+            except BaseException as e:
+                # An interrupt (a signal handler's KeyboardInterrupt, MemoryError) between the append and the
+                # publish: the log may hold this record, whole or in part, under numbers the next write would
+                # reuse, and recovery refuses a log that goes back.  The same refusal; the interrupt goes on.
+                self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e)
+                raise
             st = self._stats
             st.log_bytes_written += written
             st.user_bytes_written += user_bytes
 
-    def _fail_writes(self, what: str, e: OSError) -> StoreIOError:
+    def _fail_writes(self, what: str, e: BaseException) -> StoreIOError:
         """Turn the store read-only after a failed write-path operation (mutex held); returns the error to raise.
 
         Whatever failed (a log append, a new log, a flush, a compaction, a manifest)
@@ -456,7 +462,7 @@ class DB:
         is built on them: reads go on, writes get `ReadOnlyError`, and a reopen
         recovers from what is on disk.
         """
-        err = StoreIOError(f"{self.path}: {what} failed: {e}")
+        err = StoreIOError(f"{self.path}: {what} failed: {e or type(e).__name__}")  # an interrupt has no text
         err.__cause__ = e
         if self._bg_error is None:
             self._bg_error = err
@@ -468,7 +474,7 @@ class DB:
             raise ClosedError(f"{self.path}: the store is closed")
         if self._bg_error is not None:
             raise ReadOnlyError(
-                f"{self.path}: the store is read-only after an I/O failure: {self._bg_error}"
+                f"{self.path}: the store is read-only after a failed write: {self._bg_error}"
             ) from self._bg_error
 
     def _make_room(self) -> None:

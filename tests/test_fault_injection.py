@@ -694,3 +694,83 @@ def test_a_batch_from_write_batch_sync_true_survives_a_power_cut_however_it_is_w
     with minilsm.DB(path) as db:
         assert db.get(b"synced") == b"1"
         assert db.get(b"overridden") is None
+
+
+# -- interrupts: KeyboardInterrupt (a signal's handler) or MemoryError at any bytecode of a write --------------
+
+
+class _InterruptedMemTable(minilsm.memtable.MemTable):
+    """A memtable whose next `add`, once armed, raises where a Ctrl-C's KeyboardInterrupt would: at its start."""
+
+    armed = False
+
+    def add(self, key: bytes, seq: int, kind: int, value: bytes) -> None:
+        if _InterruptedMemTable.armed:
+            _InterruptedMemTable.armed = False
+            raise KeyboardInterrupt
+        super().add(key, seq, kind, value)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
+def test_regression_an_interrupt_between_the_log_append_and_the_publish_leaves_a_store_that_opens(
+    db_path: str, background: bool
+) -> None:
+    """Was: a KeyboardInterrupt (Ctrl-C in the main thread) after a write's log record was appended but before
+    its sequence number was published left the record in the log with numbers the next write reused; the
+    store then refused to open (CorruptionError: "record has sequence number N, not above N"), and with
+    paranoid_checks off it dropped every later, acknowledged write.  Now the interrupt propagates, the store
+    turns read-only (no write appends after a record it cannot account for), and the reopened store holds
+    every acknowledged write."""
+    db = minilsm.DB(db_path, **small_options(background=background))
+    db.put(b"a", b"1")
+    with db._mutex:
+        mem = _InterruptedMemTable()
+        for key, versions in db._mem._versions.items():
+            for trailer, value in versions:
+                mem.add(key, trailer >> 8, trailer & 0xFF, value)
+        db._mem = mem
+    _InterruptedMemTable.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        db.put(b"b", b"2")
+    with pytest.raises(ReadOnlyError):
+        db.put(b"c", b"3")
+    assert db.get(b"a") == b"1" and db.get(b"b") is None  # not acknowledged, not published
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"a") == b"1" and db.get(b"b") in (None, b"2") and db.get(b"c") is None
+        db.put(b"d", b"4")
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"d") == b"4"
+
+
+def test_regression_an_interrupt_right_after_the_log_write_does_not_write_the_record_twice(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: a KeyboardInterrupt arriving as os.write returned, before the log file dropped the bytes it had
+    just written from its pending list, left them pending: close() (or the next write) wrote the record a
+    second time, and the store refused to open (a record going back in sequence)."""
+    import types
+
+    import minilsm.fs as fsmod
+
+    db = minilsm.DB(db_path, **small_options())
+    db.put(b"a", b"1")
+    real_write = os.write
+    armed = [True]
+
+    def write_then_interrupt(fd: int, data: bytes) -> int:
+        n = real_write(fd, data)
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt  # delivered at the bytecode after the call: the bytes are out
+        return n
+
+    monkeypatch.setattr(fsmod, "os", types.SimpleNamespace(**{**vars(os), "write": write_then_interrupt}))
+    with pytest.raises(KeyboardInterrupt):
+        db.put(b"b", b"2")
+    monkeypatch.undo()
+    with pytest.raises(ReadOnlyError):
+        db.put(b"c", b"3")
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"a") == b"1" and db.get(b"b") == b"2" and db.get(b"c") is None

@@ -52,6 +52,7 @@ from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
+    Error,
     ExistsError,
     LockError,
     NotFoundError,
@@ -766,6 +767,13 @@ class DB:
                     self._delete_obsolete_files()
             except OSError as e:
                 raise self._fail_writes("a manual compaction", e) from e
+            except Error:
+                raise  # the store's own (closed, read-only, a damaged input): raised before anything changed
+            except BaseException as e:
+                # An interrupt (KeyboardInterrupt) may land between installing a version and writing the
+                # manifest that names it: then nothing may be deleted, as after a failed manifest write.
+                self._fail_writes("a manual compaction", e)
+                raise
             finally:
                 self._compacting = False
                 self._cond.notify_all()
@@ -858,6 +866,11 @@ class DB:
             self._bg_error = e
             self._cond.notify_all()
             return e
+        except BaseException as e:
+            # Inline, an interrupt (KeyboardInterrupt) in the writing thread, perhaps between installing a
+            # version and writing the manifest that names it: nothing may be deleted from now on.
+            self._fail_writes("a flush or compaction", e)
+            raise
         return None
 
     def _flush_immutable(self) -> None:

@@ -120,6 +120,7 @@ class DB:
         self._cond = threading.Condition(self._mutex)
         self._closed = True
         self._closing = False
+        self._close_running = False  # a close() is under way (`_closing` stays set if an interrupt stops it)
         self._bg_error: BaseException | None = None
         self._bg_thread: threading.Thread | None = None
         self._compacting = False
@@ -308,46 +309,58 @@ class DB:
         of what it read, and its next step raises `ClosedError` (a step under way
         in another thread finishes first; close does not wait for it).  Snapshots
         raise `ClosedError` too.  Closing twice is harmless; a close racing with
-        one under way returns once the store is closed.  O(tables + live iterators).
+        one under way returns once the store is closed.  If an interrupt (a
+        `KeyboardInterrupt`) stops close() while it waits for background work,
+        the store stays closed to writes and the next close() finishes the job.
+        O(tables + live iterators).
         """
         with self._mutex:
-            if self._closing:
-                # Another thread is closing the store: return once it is closed, as that caller will.
-                while not self._closed:
-                    self._cond.wait()
-                return
+            # Another close() under way: return once it is done, as that caller will (or, if an interrupt
+            # stopped it while it waited, carry on from there).
+            while self._close_running:
+                self._cond.wait()
             if self._closed:
                 return
-            self._closing = True
+            self._closing = True  # for good: writes are refused, the background thread stops
+            self._close_running = True
             self._cond.notify_all()
-        if self._bg_thread is not None:
-            self._bg_thread.join()
-        with self._mutex:
-            try:
+        try:
+            if self._bg_thread is not None:
+                self._bg_thread.join()
+            with self._mutex:
                 # A compact_range in another thread writes outside the mutex: let its step end (it then sees
                 # the close and stops), or it would rewrite the manifest of a directory no longer ours.
                 while self._compacting:
                     self._cond.wait()
-                with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
-                    self._log.close()
-                # Table files close now, not whenever this object is collected; an iterator or
-                # snapshot read that outlives the store gets ClosedError instead of reopening them.
-                for v in list(self._versions):
-                    for _, table in v.tables():
-                        table.close()
-                closed = f"{self.path}: the store is closed"
-                for ref in list(self._pins):
-                    pin = ref()
-                    if pin is not None:
-                        pin.cancel(closed)
-                self._file_cache.close()
-                if self._block_cache is not None:
-                    self._block_cache.clear()
-                self._file_lock.release()
-            finally:
-                self._closed = True
-                self._closing = False
+                self._close_files()
+        finally:
+            with self._mutex:
+                self._close_running = False
                 self._cond.notify_all()
+
+    def _close_files(self) -> None:
+        """The end of `close` (mutex held), where nothing is left to wait for."""
+        try:
+            with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
+                self._log.close()
+            # Table files close now, not whenever this object is collected; an iterator or
+            # snapshot read that outlives the store gets ClosedError instead of reopening them.
+            for v in list(self._versions):
+                for _, table in v.tables():
+                    table.close()
+            closed = f"{self.path}: the store is closed"
+            for ref in list(self._pins):
+                pin = ref()
+                if pin is not None:
+                    pin.cancel(closed)
+            self._file_cache.close()
+            if self._block_cache is not None:
+                self._block_cache.clear()
+            self._file_lock.release()
+        finally:
+            self._closed = True
+            self._closing = False
+            self._cond.notify_all()
 
     @property
     def closed(self) -> bool:

@@ -705,3 +705,42 @@ def test_a_batch_half_added_to_the_memtable_is_invisible_to_lock_free_readers(db
         old = [(b"b", b"old"), (b"c", b"old")]
         assert seen == [([None, b"old", b"old"], old, False), old[::-1]]
         assert [db.get(k) for k in (b"a", b"b", b"c")] == [b"new"] * 3
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_kill"), reason="needs signal.pthread_kill")
+def test_a_close_interrupted_while_it_waits_can_be_called_again_and_finishes(db_path: str) -> None:
+    """Was: a KeyboardInterrupt (Ctrl-C) while close() waited for the background thread's compaction left the
+    store marked as closing forever: every later close() waited for the first to finish and hung, and the
+    directory stayed locked.  Now the interrupt propagates, the store stays closed to writes, and the next
+    close() does the rest."""
+    import signal
+
+    fs = GateFS(3)  # two flushes, then the background compaction is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    assert fs.reached.wait(10), "the background compaction never started"
+    main = threading.get_ident()
+
+    def interrupt_then_open_the_gate() -> None:
+        while not db._closing:
+            time.sleep(0.001)
+        time.sleep(0.05)  # close() now waits for the background thread
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.05)
+        fs.gate.set()
+
+    helper = threading.Thread(target=interrupt_then_open_the_gate, daemon=True)
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        db.close()
+    helper.join(10)
+    with pytest.raises(minilsm.ClosedError):
+        db.put(b"k", b"late")  # the store stays closed to writes
+    again, outcome = in_thread(db.close)
+    again.join(10)
+    assert not again.is_alive(), "the second close() hangs"
+    assert outcome == [None] and db.closed
+    with minilsm.DB(db_path, **small_options()) as db:  # the directory was released
+        assert db.get(b"k") == b"1"

@@ -445,8 +445,9 @@ class DB:
             ):
                 self._make_room()
             seq = self._last_seq + 1
+            payload = encode_batch(seq, ops)
             try:
-                written = self._log.add_record(encode_batch(seq, ops), opts.sync if sync is None else sync)
+                written = self._log.add_record(payload, opts.sync if sync is None else sync)
                 add = self._mem.add
                 user_bytes = 0
                 for kind, key, value in ops:

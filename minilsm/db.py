@@ -826,13 +826,21 @@ class DB:
         timeout = SEEK_CHECK_INTERVAL if opts.seek_compaction and opts.compaction_style == "leveled" else None
         failure: BaseException | None = None
         with self._mutex:
-            while True:
-                while not self._closing and self._bg_error is None and not self._has_background_work():
-                    self._cond.wait(timeout)
-                if self._closing or self._bg_error is not None:
+            try:
+                while True:
+                    while not self._closing and self._bg_error is None and not self._has_background_work():
+                        self._cond.wait(timeout)
+                    if self._closing or self._bg_error is not None:
+                        self._cond.notify_all()
+                        break
+                    failure = self._do_one_background_job()
                     self._cond.notify_all()
-                    break
-                failure = self._do_one_background_job()
+            except BaseException as e:
+                # Raised outside a job (a bug in choosing the next one): this thread ends, and writers
+                # waiting for it would wait forever unless they learn it is gone.
+                failure = e
+                if self._bg_error is None:
+                    self._bg_error = e
                 self._cond.notify_all()
         if failure is not None:
             # Recorded for the next write to raise; but a store that takes no write after it (a reader, one

@@ -744,3 +744,39 @@ def test_a_close_interrupted_while_it_waits_can_be_called_again_and_finishes(db_
     assert outcome == [None] and db.closed
     with minilsm.DB(db_path, **small_options()) as db:  # the directory was released
         assert db.get(b"k") == b"1"
+
+
+def test_an_exception_anywhere_in_the_background_thread_stops_writers_with_read_only_error(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: only a flush or compaction job's own exceptions were recorded; one raised while the background
+    thread looked for work (the compaction picker, here made to fail as a bug in it would) ended the thread
+    silently, and the next writer that waited for a flush waited forever.  Now any exception there is
+    recorded and logged, and writers get ReadOnlyError."""
+    import minilsm.compaction as compaction_mod
+
+    real = compaction_mod.pick_compaction
+    bg_thread: list[threading.Thread] = []
+
+    def picker(*args: Any) -> Any:
+        if threading.current_thread() in bg_thread:
+            raise RuntimeError("a bug in the compaction picker")
+        return real(*args)
+
+    db = minilsm.DB(db_path, **small_options(background=True))
+    assert db._bg_thread is not None
+    bg_thread.append(db._bg_thread)
+    monkeypatch.setattr(compaction_mod, "pick_compaction", picker)
+
+    def write() -> None:
+        for n in range(5000):
+            db.put(b"k%04d" % n, b"v" * 50)
+
+    with caplog.at_level("ERROR", logger="minilsm"):
+        writer, outcome = in_thread(write)
+        writer.join(20)
+        assert not writer.is_alive(), "a writer waits forever for the dead background thread"
+    assert len(outcome) == 1 and isinstance(outcome[0], minilsm.ReadOnlyError), outcome
+    assert "a bug in the compaction picker" in caplog.text
+    monkeypatch.undo()
+    db.close()

@@ -1299,7 +1299,8 @@ class Snapshot:
     def get(self, key: bytes, default: Any = None) -> Any:
         self._check()
         value = self._db._get(check_key(key), self.sequence, default, None)
-        self._check_still_held()
+        if self._closed:  # released by another thread during the read (one attribute test when not)
+            self._check_still_held()
         return value
 
     def iterator(

@@ -829,3 +829,19 @@ def test_regression_an_interrupt_at_a_manifest_write_leaves_a_store_that_opens_w
         # The put that flushed inline raised: it was not acknowledged, so only it may be missing.
         assert wrong == [] or (call == "inline flush" and wrong == [max(data)]), wrong
     assert refused, "a write was accepted after the interrupt"
+
+
+def test_regression_a_writable_file_that_fails_to_open_reports_only_that(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: when opening a file for writing failed (a missing directory, no permission, an interrupt), the
+    half-made file object's finalizer then failed too, and Python printed an 'Exception ignored ...
+    AttributeError: no attribute _fd' traceback on stderr beside the real error."""
+    import sys
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(FileNotFoundError):
+        minilsm.fs.FileSystem().open_writable(os.path.join(str(tmp_path), "missing", "000001.log"))
+    gc.collect()
+    assert unraisable == []

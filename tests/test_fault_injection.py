@@ -845,3 +845,79 @@ def test_regression_a_writable_file_that_fails_to_open_reports_only_that(
         minilsm.fs.FileSystem().open_writable(os.path.join(str(tmp_path), "missing", "000001.log"))
     gc.collect()
     assert unraisable == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_kill"), reason="needs signal.pthread_kill")
+@pytest.mark.parametrize("seed", range(30))
+def test_interrupts_at_random_moments_of_writes_flushes_and_compactions_lose_nothing(db_path: str, seed: int) -> None:
+    """SIGINT to this (the main) thread every 0.2-30 ms while it puts, writes batches, flushes and compacts
+    (inline or with the background thread): each call completes or raises KeyboardInterrupt, then perhaps
+    ReadOnlyError; close() (called again if interrupted) ends; the store reopens, and every key holds its
+    last acknowledged value or one of an interrupted write after it.  (A probe like this, its interrupts
+    landing anywhere, reopened 9f31016's store with CorruptionError in one seed of forty; the regressions
+    above force each moment it can hit.)"""
+    import signal
+    import types
+
+    rng = random.Random(seed)
+    opts = small_options(background=rng.random() < 0.5, compaction_style=rng.choice(["leveled", "tiered"]))
+    allowed: dict[bytes, set[bytes | None]] = {}
+    stop = threading.Event()
+    main = threading.get_ident()
+    lo, hi = rng.choice([(0.0002, 0.002), (0.001, 0.01), (0.005, 0.03)])
+    armed = [False]
+
+    def handler(signum: int, frame: types.FrameType | None) -> None:
+        # Only inside a store call, in the store's own code: not in the test's bookkeeping, nor in a
+        # finalizer (where Python reports the interrupt as unraisable instead of raising it).
+        code = frame.f_code if frame is not None else None
+        in_store = code is not None and f"{os.sep}minilsm{os.sep}" in code.co_filename and code.co_name != "__del__"
+        if armed[0] and in_store:
+            raise KeyboardInterrupt
+
+    def interrupter() -> None:
+        r = random.Random(seed)
+        while not stop.wait(r.uniform(lo, hi)):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    db = minilsm.DB(db_path, **opts)
+    old_handler = signal.signal(signal.SIGINT, handler)
+    thread = threading.Thread(target=interrupter, daemon=True)
+    thread.start()
+    try:
+        for n in range(1500):
+            key, v = b"k%03d" % rng.randrange(200), b"%d" % n * 5
+            r = rng.random()
+            keys = [key] if r < 0.7 else [key, key + b"b"] if r < 0.9 else []
+            for k in keys:
+                allowed.setdefault(k, {None}).add(v)
+            try:
+                armed[0] = True
+                if r < 0.7:
+                    db.put(key, v)
+                elif r < 0.9:
+                    with db.write_batch() as wb:
+                        for k in keys:
+                            wb.put(k, v)
+                elif r < 0.97:
+                    db.flush()
+                else:
+                    db.compact_range()
+                armed[0] = False
+                for k in keys:
+                    allowed[k] = {v}
+            except KeyboardInterrupt:
+                armed[0] = False
+            except ReadOnlyError:
+                armed[0] = False
+                break
+    finally:
+        armed[0] = False
+        stop.set()
+        thread.join()
+        signal.signal(signal.SIGINT, old_handler)
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        wrong = {k: db.get(k) for k, values in allowed.items() if db.get(k) not in values}
+    assert wrong == {}

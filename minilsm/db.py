@@ -27,7 +27,8 @@ memtable, so a reader always finds each write in at least one of the places it
 looks.  A flush or compaction keeps only the newest version of a key (and those
 snapshots see), so a version installed after the reader took its sequence
 number may lack the one that number sees: such a read starts again with a newer
-number (`Version.installed_at` tells).  A snapshot's reads need no such check.
+number (`Version.installed_at` tells).  A snapshot's reads need no such check while it is held; one that
+races the snapshot's release raises `ClosedError` (`Snapshot._check_still_held`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
+    Error,
     ExistsError,
     LockError,
     NotFoundError,
@@ -125,6 +127,7 @@ class DB:
         self._cond = threading.Condition(self._mutex)
         self._closed = True
         self._closing = False
+        self._close_running = False  # a close() is under way (`_closing` stays set if an interrupt stops it)
         self._bg_error: BaseException | None = None
         self._bg_thread: threading.Thread | None = None
         self._compacting = False
@@ -315,46 +318,58 @@ class DB:
         of what it read, and its next step raises `ClosedError` (a step under way
         in another thread finishes first; close does not wait for it).  Snapshots
         raise `ClosedError` too.  Closing twice is harmless; a close racing with
-        one under way returns once the store is closed.  O(tables + live iterators).
+        one under way returns once the store is closed.  If an interrupt (a
+        `KeyboardInterrupt`) stops close() while it waits for background work,
+        the store stays closed to writes and the next close() finishes the job.
+        O(tables + live iterators).
         """
         with self._mutex:
-            if self._closing:
-                # Another thread is closing the store: return once it is closed, as that caller will.
-                while not self._closed:
-                    self._cond.wait()
-                return
+            # Another close() under way: return once it is done, as that caller will (or, if an interrupt
+            # stopped it while it waited, carry on from there).
+            while self._close_running:
+                self._cond.wait()
             if self._closed:
                 return
-            self._closing = True
+            self._closing = True  # for good: writes are refused, the background thread stops
+            self._close_running = True
             self._cond.notify_all()
-        if self._bg_thread is not None:
-            self._bg_thread.join()
-        with self._mutex:
-            try:
+        try:
+            if self._bg_thread is not None:
+                self._bg_thread.join()
+            with self._mutex:
                 # A compact_range in another thread writes outside the mutex: let its step end (it then sees
                 # the close and stops), or it would rewrite the manifest of a directory no longer ours.
                 while self._compacting:
                     self._cond.wait()
-                with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
-                    self._log.close()
-                # Table files close now, not whenever this object is collected; an iterator or
-                # snapshot read that outlives the store gets ClosedError instead of reopening them.
-                for v in list(self._versions):
-                    for _, table in v.tables():
-                        table.close()
-                closed = f"{self.path}: the store is closed"
-                for ref in list(self._pins):
-                    pin = ref()
-                    if pin is not None:
-                        pin.cancel(closed)
-                self._file_cache.close()
-                if self._block_cache is not None:
-                    self._block_cache.clear()
-                self._file_lock.release()
-            finally:
-                self._closed = True
-                self._closing = False
+                self._close_files()
+        finally:
+            with self._mutex:
+                self._close_running = False
                 self._cond.notify_all()
+
+    def _close_files(self) -> None:
+        """The end of `close` (mutex held), where nothing is left to wait for."""
+        try:
+            with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
+                self._log.close()
+            # Table files close now, not whenever this object is collected; an iterator or
+            # snapshot read that outlives the store gets ClosedError instead of reopening them.
+            for v in list(self._versions):
+                for _, table in v.tables():
+                    table.close()
+            closed = f"{self.path}: the store is closed"
+            for ref in list(self._pins):
+                pin = ref()
+                if pin is not None:
+                    pin.cancel(closed)
+            self._file_cache.close()
+            if self._block_cache is not None:
+                self._block_cache.clear()
+            self._file_lock.release()
+        finally:
+            self._closed = True
+            self._closing = False
+            self._cond.notify_all()
 
     @property
     def closed(self) -> bool:
@@ -439,24 +454,31 @@ class DB:
             ):
                 self._make_room()
             seq = self._last_seq + 1
+            payload = encode_batch(seq, ops)
             try:
-                written = self._log.add_record(encode_batch(seq, ops), opts.sync if sync is None else sync)
+                written = self._log.add_record(payload, opts.sync if sync is None else sync)
+                add = self._mem.add
+                user_bytes = 0
+                for kind, key, value in ops:
+                    add(key, seq, kind, value)
+                    seq += 1
+                    user_bytes += len(key) + len(value)
+                self._last_seq = seq - 1  # publish: readers now see the whole batch
             except OSError as e:
                 # The log may now end in a partial record; appending more after it would
                 # bury the damage mid-log.  Refuse further writes until a reopen.
                 raise self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e) from e
-            add = self._mem.add
-            user_bytes = 0
-            for kind, key, value in ops:
-                add(key, seq, kind, value)
-                seq += 1
-                user_bytes += len(key) + len(value)
-            self._last_seq = seq - 1  # publish: readers now see the whole batch
+            except BaseException as e:
+                # An interrupt (a signal handler's KeyboardInterrupt, MemoryError) between the append and the
+                # publish: the log may hold this record, whole or in part, under numbers the next write would
+                # reuse, and recovery refuses a log that goes back.  The same refusal; the interrupt goes on.
+                self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e)
+                raise
             st = self._stats
             st.log_bytes_written += written
             st.user_bytes_written += user_bytes
 
-    def _fail_writes(self, what: str, e: OSError) -> StoreIOError:
+    def _fail_writes(self, what: str, e: BaseException) -> StoreIOError:
         """Turn the store read-only after a failed write-path operation (mutex held); returns the error to raise.
 
         Whatever failed (a log append, a new log, a flush, a compaction, a manifest)
@@ -464,7 +486,7 @@ class DB:
         is built on them: reads go on, writes get `ReadOnlyError`, and a reopen
         recovers from what is on disk.
         """
-        err = StoreIOError(f"{self.path}: {what} failed: {e}")
+        err = StoreIOError(f"{self.path}: {what} failed: {e or type(e).__name__}")  # an interrupt has no text
         err.__cause__ = e
         if self._bg_error is None:
             self._bg_error = err
@@ -476,7 +498,7 @@ class DB:
             raise ClosedError(f"{self.path}: the store is closed")
         if self._bg_error is not None:
             raise ReadOnlyError(
-                f"{self.path}: the store is read-only after an I/O failure: {self._bg_error}"
+                f"{self.path}: the store is read-only after a failed write: {self._bg_error}"
             ) from self._bg_error
 
     def _make_room(self) -> None:
@@ -768,6 +790,13 @@ class DB:
                     self._delete_obsolete_files()
             except OSError as e:
                 raise self._fail_writes("a manual compaction", e) from e
+            except Error:
+                raise  # the store's own (closed, read-only, a damaged input): raised before anything changed
+            except BaseException as e:
+                # An interrupt (KeyboardInterrupt) may land between installing a version and writing the
+                # manifest that names it: then nothing may be deleted, as after a failed manifest write.
+                self._fail_writes("a manual compaction", e)
+                raise
             finally:
                 self._compacting = False
                 self._cond.notify_all()
@@ -804,15 +833,33 @@ class DB:
         opts = self.options
         # Only reads make a seek compaction due, and they never notify: look again now and then.
         timeout = SEEK_CHECK_INTERVAL if opts.seek_compaction and opts.compaction_style == "leveled" else None
+        failure: BaseException | None = None
         with self._mutex:
-            while True:
-                while not self._closing and self._bg_error is None and not self._has_background_work():
-                    self._cond.wait(timeout)
-                if self._closing or self._bg_error is not None:
+            try:
+                while True:
+                    while not self._closing and self._bg_error is None and not self._has_background_work():
+                        self._cond.wait(timeout)
+                    if self._closing or self._bg_error is not None:
+                        self._cond.notify_all()
+                        break
+                    failure = self._do_one_background_job()
                     self._cond.notify_all()
-                    return
-                self._do_one_background_job()
+            except BaseException as e:
+                # Raised outside a job (a bug in choosing the next one): this thread ends, and writers
+                # waiting for it would wait forever unless they learn it is gone.
+                failure = e
+                if self._bg_error is None:
+                    self._bg_error = e
                 self._cond.notify_all()
+        if failure is not None:
+            # Recorded for the next write to raise; but a store that takes no write after it (a reader, one
+            # closed next) would never say, and a bug's traceback would go with it.  Logged outside the mutex.
+            _log.error(
+                "%s: background flush or compaction failed; the store is read-only until reopened: %s",
+                self.path,
+                failure,
+                exc_info=failure,
+            )
 
     def _has_background_work(self) -> bool:
         return self._imm is not None or (not self._compacting and self._pick_compaction() is not None)
@@ -829,7 +876,8 @@ class DB:
                 raise self._bg_error  # this call's own failure; later writes get ReadOnlyError
         self._check_writable()
 
-    def _do_one_background_job(self) -> None:
+    def _do_one_background_job(self) -> BaseException | None:
+        """Flush the frozen memtable, or run one compaction if one is due (mutex held); returns its failure."""
         try:
             if self._imm is not None:
                 self._flush_immutable()
@@ -849,10 +897,17 @@ class DB:
             # Here, outside the job, no local still holds the version it replaced.
             self._delete_obsolete_files()
         except OSError as e:
-            self._fail_writes("a background flush or compaction", e)
+            return self._fail_writes("a background flush or compaction", e)
         except Exception as e:
             self._bg_error = e
             self._cond.notify_all()
+            return e
+        except BaseException as e:
+            # Inline, an interrupt (KeyboardInterrupt) in the writing thread, perhaps between installing a
+            # version and writing the manifest that names it: nothing may be deleted from now on.
+            self._fail_writes("a flush or compaction", e)
+            raise
+        return None
 
     def _flush_immutable(self) -> None:
         imm = self._imm
@@ -1244,9 +1299,23 @@ class Snapshot:
         if self._db.closed:
             raise ClosedError(f"{self._db.path}: the store is closed")
 
+    def _check_still_held(self) -> None:
+        """After a read: raise if another thread released the snapshot meanwhile.
+
+        Reads take no lock.  Once released, the snapshot no longer holds back compaction, and a read that
+        then met the tables of a compaction begun after the release may have missed versions only this
+        snapshot kept; the release sets `_closed` before it lets go, so a read that finds it still unset
+        here ran wholly while the snapshot was held, and its answer is the snapshot's.
+        """
+        if self._closed:
+            raise ClosedError("the snapshot was closed during the read")
+
     def get(self, key: bytes, default: Any = None) -> Any:
         self._check()
-        return self._db._get(check_key(key), self.sequence, default, None)
+        value = self._db._get(check_key(key), self.sequence, default, None)
+        if self._closed:  # released by another thread during the read (one attribute test when not)
+            self._check_still_held()
+        return value
 
     def iterator(
         self,
@@ -1261,9 +1330,15 @@ class Snapshot:
         include_stop: bool = False,
     ) -> DBIterator:
         self._check()
-        return self._db._iterator(
+        it = self._db._iterator(
             self.sequence, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
         )
+        try:
+            self._check_still_held()
+        except ClosedError:
+            it.close()
+            raise
+        return it  # its tables are fixed now: the snapshot's release no longer matters to it
 
     def __getitem__(self, key: bytes) -> bytes:
         value = self.get(key, _MISSING)
@@ -1278,7 +1353,11 @@ class Snapshot:
         return iter(self.iterator(include_value=False))
 
     def close(self) -> None:
-        """Release the snapshot: compaction may now drop the versions only it could see."""
+        """Release the snapshot: compaction may now drop the versions only it could see.
+
+        A read of it running in another thread meanwhile gives the snapshot's answer or raises `ClosedError`;
+        an iterator made before the release reads on, unchanged.
+        """
         if not self._closed:
             self._closed = True
             self._finalizer()

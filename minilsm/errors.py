@@ -63,6 +63,7 @@ class StoreIOError(Error):
 class ReadOnlyError(Error):
     """A write was refused because an earlier I/O failure made the store read-only.
 
-    Reads keep working.  Close and reopen the store once the cause (a full disk,
-    say) is fixed; recovery then replays everything that was acknowledged.
+    So does an interrupt (a signal handler's `KeyboardInterrupt`, a `MemoryError`) in the middle of a write,
+    which may have left part of it in the log.  Reads keep working.  Close and reopen the store once the
+    cause (a full disk, say) is fixed; recovery then replays everything that was acknowledged.
     """

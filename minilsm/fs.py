@@ -114,6 +114,7 @@ class _PosixWritableFile:
 
     def __init__(self, path: str, append: bool = False) -> None:
         self.path = path
+        self._fd = -1  # for close() in __del__ if the open below raises
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         self._fd = os.open(path, flags, 0o666)  # the mode open() uses; the umask applies
         self._pending: list[bytes] = []
@@ -130,11 +131,18 @@ class _PosixWritableFile:
         if not pending:
             return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
-        written = os.write(self._fd, data)
-        if written < len(data):
-            self._write_rest(data, written)
+        # Taken out before the write, not after: an interrupt (a signal handler's KeyboardInterrupt) landing
+        # as os.write returns would otherwise leave written bytes pending, for the next flush to write again.
         pending.clear()
         self._pending_bytes = 0
+        try:
+            written = os.write(self._fd, data)
+        except OSError:
+            pending.append(data)  # nothing was written
+            self._pending_bytes = len(data)
+            raise
+        if written < len(data):
+            self._write_rest(data, written)
 
     def _write_rest(self, data: bytes, written: int) -> None:
         # A short write (a signal, a nearly full disk): write the rest; if that fails,

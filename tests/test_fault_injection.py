@@ -694,3 +694,230 @@ def test_a_batch_from_write_batch_sync_true_survives_a_power_cut_however_it_is_w
     with minilsm.DB(path) as db:
         assert db.get(b"synced") == b"1"
         assert db.get(b"overridden") is None
+
+
+# -- interrupts: KeyboardInterrupt (a signal's handler) or MemoryError at any bytecode of a write --------------
+
+
+class _InterruptedMemTable(minilsm.memtable.MemTable):
+    """A memtable whose next `add`, once armed, raises where a Ctrl-C's KeyboardInterrupt would: at its start."""
+
+    armed = False
+
+    def add(self, key: bytes, seq: int, kind: int, value: bytes) -> None:
+        if _InterruptedMemTable.armed:
+            _InterruptedMemTable.armed = False
+            raise KeyboardInterrupt
+        super().add(key, seq, kind, value)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
+def test_regression_an_interrupt_between_the_log_append_and_the_publish_leaves_a_store_that_opens(
+    db_path: str, background: bool
+) -> None:
+    """Was: a KeyboardInterrupt (Ctrl-C in the main thread) after a write's log record was appended but before
+    its sequence number was published left the record in the log with numbers the next write reused; the
+    store then refused to open (CorruptionError: "record has sequence number N, not above N"), and with
+    paranoid_checks off it dropped every later, acknowledged write.  Now the interrupt propagates, the store
+    turns read-only (no write appends after a record it cannot account for), and the reopened store holds
+    every acknowledged write."""
+    db = minilsm.DB(db_path, **small_options(background=background))
+    db.put(b"a", b"1")
+    with db._mutex:
+        mem = _InterruptedMemTable()
+        for key, versions in db._mem._versions.items():
+            for trailer, value in versions:
+                mem.add(key, trailer >> 8, trailer & 0xFF, value)
+        db._mem = mem
+    _InterruptedMemTable.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        db.put(b"b", b"2")
+    with pytest.raises(ReadOnlyError):
+        db.put(b"c", b"3")
+    assert db.get(b"a") == b"1" and db.get(b"b") is None  # not acknowledged, not published
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"a") == b"1" and db.get(b"b") in (None, b"2") and db.get(b"c") is None
+        db.put(b"d", b"4")
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"d") == b"4"
+
+
+def test_regression_an_interrupt_right_after_the_log_write_does_not_write_the_record_twice(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: a KeyboardInterrupt arriving as os.write returned, before the log file dropped the bytes it had
+    just written from its pending list, left them pending: close() (or the next write) wrote the record a
+    second time, and the store refused to open (a record going back in sequence)."""
+    import types
+
+    import minilsm.fs as fsmod
+
+    db = minilsm.DB(db_path, **small_options())
+    db.put(b"a", b"1")
+    real_write = os.write
+    armed = [True]
+
+    def write_then_interrupt(fd: int, data: bytes) -> int:
+        n = real_write(fd, data)
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt  # delivered at the bytecode after the call: the bytes are out
+        return n
+
+    monkeypatch.setattr(fsmod, "os", types.SimpleNamespace(**{**vars(os), "write": write_then_interrupt}))
+    with pytest.raises(KeyboardInterrupt):
+        db.put(b"b", b"2")
+    monkeypatch.undo()
+    with pytest.raises(ReadOnlyError):
+        db.put(b"c", b"3")
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"a") == b"1" and db.get(b"b") == b"2" and db.get(b"c") is None
+
+
+@pytest.mark.parametrize("call", ["compact_range", "inline flush", "flush"])
+def test_regression_an_interrupt_at_a_manifest_write_leaves_a_store_that_opens_with_every_write(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """Was: a KeyboardInterrupt (Ctrl-C) while a compact_range, or a flush running in the writing thread, wrote
+    the manifest left the new version installed in memory and the old manifest on disk, and the store went on
+    as if nothing had happened: the next sweep (here, the end of a scan opened before) deleted the replaced
+    tables, or the flushed memtable's log, that the manifest on disk still named, and the store then refused
+    to open (CorruptionError: a table or log listed in the manifest is missing), losing what they held.  Now
+    the interrupt turns the store read-only, as a failed manifest write does, so nothing is deleted."""
+    import minilsm.db as dbmod
+
+    db = minilsm.DB(db_path, **small_options())  # inline: the flush runs in the thread that writes
+    data = {b"k%03d" % i: b"v%d" % i * 10 for i in range(60)}
+    for k, v in data.items():
+        db.put(k, v)
+    if call == "compact_range":
+        db.flush()
+    old = db.iterator()  # holds the version the interrupted step replaces
+    next(old)
+    real = dbmod.write_manifest
+    armed = [True]
+
+    def interrupted(*args: object) -> None:
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt  # as a Ctrl-C lands when the manifest's fsync returns
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dbmod, "write_manifest", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        if call == "compact_range":
+            db.compact_range()
+        elif call == "flush":
+            db.flush()
+        else:
+            for n in range(1000):  # until the memtable fills and the put flushes it
+                k = b"more%04d" % n
+                db.put(k, b"x" * 30)
+                data[k] = b"x" * 30
+    monkeypatch.undo()
+    assert len(list(old)) == len(data) - 1 - sum(k.startswith(b"more") for k in data)  # its release may sweep
+    try:
+        db.put(b"late", b"write")
+        refused = False
+    except ReadOnlyError:
+        refused = True
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        wrong = [k for k in data if db.get(k) != data[k]]
+        # The put that flushed inline raised: it was not acknowledged, so only it may be missing.
+        assert wrong == [] or (call == "inline flush" and wrong == [max(data)]), wrong
+    assert refused, "a write was accepted after the interrupt"
+
+
+def test_regression_a_writable_file_that_fails_to_open_reports_only_that(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: when opening a file for writing failed (a missing directory, no permission, an interrupt), the
+    half-made file object's finalizer then failed too, and Python printed an 'Exception ignored ...
+    AttributeError: no attribute _fd' traceback on stderr beside the real error."""
+    import sys
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(FileNotFoundError):
+        minilsm.fs.FileSystem().open_writable(os.path.join(str(tmp_path), "missing", "000001.log"))
+    gc.collect()
+    assert unraisable == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_kill"), reason="needs signal.pthread_kill")
+@pytest.mark.parametrize("seed", range(30))
+def test_interrupts_at_random_moments_of_writes_flushes_and_compactions_lose_nothing(db_path: str, seed: int) -> None:
+    """SIGINT to this (the main) thread every 0.2-30 ms while it puts, writes batches, flushes and compacts
+    (inline or with the background thread): each call completes or raises KeyboardInterrupt, then perhaps
+    ReadOnlyError; close() (called again if interrupted) ends; the store reopens, and every key holds its
+    last acknowledged value or one of an interrupted write after it.  (A probe like this, its interrupts
+    landing anywhere, reopened 9f31016's store with CorruptionError in one seed of forty; the regressions
+    above force each moment it can hit.)"""
+    import signal
+    import types
+
+    rng = random.Random(seed)
+    opts = small_options(background=rng.random() < 0.5, compaction_style=rng.choice(["leveled", "tiered"]))
+    allowed: dict[bytes, set[bytes | None]] = {}
+    stop = threading.Event()
+    main = threading.get_ident()
+    lo, hi = rng.choice([(0.0002, 0.002), (0.001, 0.01), (0.005, 0.03)])
+    armed = [False]
+
+    def handler(signum: int, frame: types.FrameType | None) -> None:
+        # Only inside a store call, in the store's own code: not in the test's bookkeeping, nor in a
+        # finalizer (where Python reports the interrupt as unraisable instead of raising it).
+        code = frame.f_code if frame is not None else None
+        in_store = code is not None and f"{os.sep}minilsm{os.sep}" in code.co_filename and code.co_name != "__del__"
+        if armed[0] and in_store:
+            raise KeyboardInterrupt
+
+    def interrupter() -> None:
+        r = random.Random(seed)
+        while not stop.wait(r.uniform(lo, hi)):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    db = minilsm.DB(db_path, **opts)
+    old_handler = signal.signal(signal.SIGINT, handler)
+    thread = threading.Thread(target=interrupter, daemon=True)
+    thread.start()
+    try:
+        for n in range(1500):
+            key, v = b"k%03d" % rng.randrange(200), b"%d" % n * 5
+            r = rng.random()
+            keys = [key] if r < 0.7 else [key, key + b"b"] if r < 0.9 else []
+            for k in keys:
+                allowed.setdefault(k, {None}).add(v)
+            try:
+                armed[0] = True
+                if r < 0.7:
+                    db.put(key, v)
+                elif r < 0.9:
+                    with db.write_batch() as wb:
+                        for k in keys:
+                            wb.put(k, v)
+                elif r < 0.97:
+                    db.flush()
+                else:
+                    db.compact_range()
+                armed[0] = False
+                for k in keys:
+                    allowed[k] = {v}
+            except KeyboardInterrupt:
+                armed[0] = False
+            except ReadOnlyError:
+                armed[0] = False
+                break
+    finally:
+        armed[0] = False
+        stop.set()
+        thread.join()
+        signal.signal(signal.SIGINT, old_handler)
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        wrong = {k: db.get(k) for k, values in allowed.items() if db.get(k) not in values}
+    assert wrong == {}

@@ -7,8 +7,10 @@ Two styles, as in RocksDB:
   the overlapping tables of level 1.  Level i >= 1 may hold
   ``level1_max_bytes * level_size_multiplier**(i-1)`` bytes; past that, one of
   its tables (round-robin by key) is merged into level i+1.  Reads probe few
-  tables (one per level); every byte is rewritten about once per level
-  (write amplification ~ multiplier x levels).
+  tables (one per level); a merge rewrites the overlapped tables of level i+1
+  too, so a byte is rewritten each time the level above merges into its table,
+  up to about `level_size_multiplier` times per level once the levels fill
+  (write amplification up to ~ multiplier x levels).
 * **Size-tiered** (Cassandra's STCS, RocksDB's universal).  Every table is a
   sorted run in level 0; once `tiered_min_threshold` runs *adjacent in age*
   have similar sizes (within `tiered_bucket_low`..`high` of their average) they

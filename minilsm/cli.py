@@ -259,8 +259,10 @@ def _parser() -> argparse.ArgumentParser:
         help="Bloom filter bits per key of the tables this writes (0: no filters; default 10)",
     )
 
-    # A store does not record its compaction style (LevelDB's options are not stored either), and a
-    # command that writes, or replays a log into a table, compacts as the store is opened.
+    # A store does not record its compaction style (LevelDB's options are not stored either), and `compact`
+    # on a size-tiered store opened leveled would move its runs into levels.  The other commands compact
+    # nothing (inline, one write never fills the memtable), but take it too, to open a store as its
+    # application does.
     style = argparse.ArgumentParser(add_help=False)
     style.add_argument(
         "--compaction-style",

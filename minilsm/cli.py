@@ -178,6 +178,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([t.to_dict(show) for t in rows])
     else:
+        if rows:
+            print("(measured FPR and absent probes count the point reads since this command opened the store: none;")
+            print(" a running application's are in its own db.tables())")
         print(format_tables(rows, show))
     return EXIT_OK
 

@@ -85,8 +85,10 @@ SEEK_ALLOWANCE_MIN: Final = 100
 """Fewest vain probes a table is allowed before seek compaction takes it (LevelDB's ``allowed_seeks`` floor)."""
 SEEK_ALLOWANCE_BYTES: Final = 16 << 10
 """Bytes of a table per allowed vain probe.  LevelDB (db/version_set.cc) reckons that one disk seek costs about
-as much as compacting 16 KiB, so a table may waste as many seeks as its compaction would cost.  That is tuned
-for disk seeks, not for minilsm's in-memory filter probes; minilsm keeps LevelDB's figure for parity."""
+as much as compacting 40 KB (a compaction reads and writes ~25 times the bytes it moves), and allows, to be
+conservative, one seek per 16 KiB: a table is compacted once its wasted seeks have cost about 2.5 times what
+its compaction will.  That is tuned for disk seeks, not for minilsm's in-memory filter probes; minilsm keeps
+LevelDB's figure for parity."""
 
 
 def seek_allowance(t: TableReader) -> int:

@@ -141,7 +141,9 @@ def seek_compaction(version: Version) -> Compaction | None:
     pay nothing more), so its tables reach the allowance sooner.  A table that no
     other table is probed after (nothing older overlaps its key range) is never
     chosen: LevelDB never charges it, and compacting it would save no probe.
-    O(tables), plus O(levels log tables) per table over its allowance.
+    O(tables), plus up to O(tables) per table over its allowance: `_probed_after` lists the older tables that
+    overlap it, level by level (a bisection, then every table its key range meets; a level-0 table of a random
+    load meets them all).
     """
     over = [(t.seek_charge / seek_allowance(t), level, t) for level, t in version.tables()]
     over = [o for o in over if o[0] >= 1.0]

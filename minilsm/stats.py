@@ -247,7 +247,9 @@ class DBStats:
     compaction_bytes_written: int
     compaction_bytes_read: int
     flushes: int
+    """Memtables written as level-0 tables, the one an open makes of the writes it replays from the log included."""
     compactions: int
+    """Compactions run, trivial moves included (tables relabelled to a deeper level, nothing read or written)."""
     entries_dropped_shadowed: int
     tombstones_dropped: int
     # shape, now

@@ -165,8 +165,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(stats.to_dict(_show(args)))
     else:
-        print("(counters count since this command opened the store: the reads and writes of a running")
-        print(" application are in its own db.stats(); the shape and amplification below are the store's)")
+        print("(counters count since this command opened the store: no point reads or user writes, so no")
+        print(" measured FPR or write amplification; a running application's are in its own db.stats().")
+        print(" The shape and the space amplification below are the store's.)")
         print(format_stats(stats))
     return EXIT_OK
 
@@ -335,7 +336,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reverse", action="store_true", help="descending order")
     p.add_argument("--limit", type=_positive, metavar="N", help="at most N pairs")
 
-    p = command("stats", cmd_stats, "counters, per-level filter figures, write and space amplification", [style])
+    p = command(
+        "stats",
+        cmd_stats,
+        "levels and space amplification; counters (filters, block reads, writes) of this command's own open",
+        [style],
+    )
     p.add_argument("path", metavar="PATH")
 
     p = command("tables", cmd_tables, "every live table: level, keys, filter, expected vs measured FP rate", [style])

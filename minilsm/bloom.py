@@ -16,7 +16,7 @@ Mitzenmacher's double hashing ("Less hashing, same performance", 2006) with
 Dillinger and Manolios' cubic term ("enhanced double hashing", 2004).  Plain
 double hashing ``(h1 + i * h2) mod m`` walks an arithmetic progression, and in
 a small filter two keys with the same step collide on most of their probes:
-at 10 bits per key, filters of 7 to 9 keys measured 2.5-2.7% false positives
+at 10 bits per key, filters of 7 to 9 keys measured 2.2-2.7% false positives
 against 0.82% in theory.  The cubic term breaks the progression (1.1% there);
 docs/BLOOM.md has the table.  Because the pair depends only on the key,
 the store computes it once per read with `key_hash` and probes every table's

@@ -10,7 +10,9 @@ hex with ``--hex``).
 
 Read commands open the store with flushes and compactions inline
 (``background=False``), so they change nothing on disk beyond what opening
-does (a log left by an unclean close becomes a level-0 table).
+does: the writes in the log become a level-0 table (a close does not flush
+the memtable, so after ``minilsm put`` the next command writes one), and a
+new log and manifest replace the old ones.
 
 Exit status: 0 success; 1 a negative answer (``get``: no such key; ``check``:
 damage found); 2 a usage error (bad arguments, an invalid key); 3 the store
@@ -163,8 +165,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(stats.to_dict(_show(args)))
     else:
-        print("(counters count since this command opened the store: the reads and writes of a running")
-        print(" application are in its own db.stats(); the shape and amplification below are the store's)")
+        print("(counters count since this command opened the store: no point reads or user writes, so no")
+        print(" measured FPR or write amplification; a running application's are in its own db.stats().")
+        print(" The shape and the space amplification below are the store's.)")
         print(format_stats(stats))
     return EXIT_OK
 
@@ -176,6 +179,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([t.to_dict(show) for t in rows])
     else:
+        if rows:
+            print("(measured FPR and absent probes count the point reads since this command opened the store: none;")
+            print(" a running application's are in its own db.tables())")
         print(format_tables(rows, show))
     return EXIT_OK
 
@@ -259,8 +265,10 @@ def _parser() -> argparse.ArgumentParser:
         help="Bloom filter bits per key of the tables this writes (0: no filters; default 10)",
     )
 
-    # A store does not record its compaction style (LevelDB's options are not stored either), and a
-    # command that writes, or replays a log into a table, compacts as the store is opened.
+    # A store does not record its compaction style (LevelDB's options are not stored either), and `compact`
+    # on a size-tiered store opened leveled would move its runs into levels.  The other commands compact
+    # nothing (inline, one write never fills the memtable), but take it too, to open a store as its
+    # application does.
     style = argparse.ArgumentParser(add_help=False)
     style.add_argument(
         "--compaction-style",
@@ -328,7 +336,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reverse", action="store_true", help="descending order")
     p.add_argument("--limit", type=_positive, metavar="N", help="at most N pairs")
 
-    p = command("stats", cmd_stats, "counters, per-level filter figures, write and space amplification", [style])
+    p = command(
+        "stats",
+        cmd_stats,
+        "levels and space amplification; counters (filters, block reads, writes) of this command's own open",
+        [style],
+    )
     p.add_argument("path", metavar="PATH")
 
     p = command("tables", cmd_tables, "every live table: level, keys, filter, expected vs measured FP rate", [style])

@@ -7,8 +7,10 @@ Two styles, as in RocksDB:
   the overlapping tables of level 1.  Level i >= 1 may hold
   ``level1_max_bytes * level_size_multiplier**(i-1)`` bytes; past that, one of
   its tables (round-robin by key) is merged into level i+1.  Reads probe few
-  tables (one per level); every byte is rewritten about once per level
-  (write amplification ~ multiplier x levels).
+  tables (one per level); a merge rewrites the overlapped tables of level i+1
+  too, so a byte is rewritten each time the level above merges into its table,
+  up to about `level_size_multiplier` times per level once the levels fill
+  (write amplification up to ~ multiplier x levels).
 * **Size-tiered** (Cassandra's STCS, RocksDB's universal).  Every table is a
   sorted run in level 0; once `tiered_min_threshold` runs *adjacent in age*
   have similar sizes (within `tiered_bucket_low`..`high` of their average) they
@@ -85,8 +87,10 @@ SEEK_ALLOWANCE_MIN: Final = 100
 """Fewest vain probes a table is allowed before seek compaction takes it (LevelDB's ``allowed_seeks`` floor)."""
 SEEK_ALLOWANCE_BYTES: Final = 16 << 10
 """Bytes of a table per allowed vain probe.  LevelDB (db/version_set.cc) reckons that one disk seek costs about
-as much as compacting 16 KiB, so a table may waste as many seeks as its compaction would cost.  That is tuned
-for disk seeks, not for minilsm's in-memory filter probes; minilsm keeps LevelDB's figure for parity."""
+as much as compacting 40 KB (a compaction reads and writes ~25 times the bytes it moves), and allows, to be
+conservative, one seek per 16 KiB: a table is compacted once its wasted seeks have cost about 2.5 times what
+its compaction will.  That is tuned for disk seeks, not for minilsm's in-memory filter probes; minilsm keeps
+LevelDB's figure for parity."""
 
 
 def seek_allowance(t: TableReader) -> int:
@@ -143,8 +147,9 @@ def seek_compaction(version: Version, options: Options) -> Compaction | None:
     other table is probed after (nothing older overlaps its key range) is never
     chosen: LevelDB never charges it, and compacting it would save no probe.
     Nor is one whose merge could fill the level below past its size limit
-    (`_fits_below`).  O(tables), plus O(levels log tables) per table over its
-    allowance.
+    (`_fits_below`).  O(tables), plus up to O(tables) per table over its allowance: `_probed_after` lists the
+    older tables that overlap it, level by level (a bisection, then every table its key range meets; a level-0
+    table of a random load meets them all).
     """
     over = [(t.seek_charge / seek_allowance(t), level, t) for level, t in version.tables()]
     over = [o for o in over if o[0] >= 1.0]

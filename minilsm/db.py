@@ -391,7 +391,8 @@ class DB:
     def put(self, key: bytes, value: bytes, *, sync: bool | None = None) -> None:
         """Set `key` to `value`.  `sync=True` fsyncs the log before returning.
 
-        Cost: one log append (plus an fsync if syncing) and an O(log n) memtable insert.
+        Cost: one log append (plus an fsync if syncing) and an O(1) memtable insert (a dict
+        insert; a new key is sorted in later, when a scan or the flush needs the order).
         """
         # Plain bytes within the limits, the usual case, skip the validators' calls.
         if type(key) is not bytes or len(key) > MAX_KEY_SIZE:

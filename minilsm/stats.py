@@ -1,12 +1,13 @@
 """Counters: what the store did, counted at the one place where each thing happens.
 
-`Stats` is the live, mutable set of counters that the layers below `db.py`
-increment (a block read in `sstable.format.read_block`, a filter probe in the
-table reader, ...).  The frozen types below are what the store hands out:
-`DBStats` from ``db.stats()`` (the counters, per level and per table), `TableInfo`
-rows from ``db.tables()``, and `FilterCounts`, the filter outcomes with the
-false-positive rate measured beside the one theory predicts.  They are plain
-data; `minilsm.report` gathers them from a live store.
+`Stats` is the live, mutable set of counters that each layer increments where
+the thing happens (a get, a write, a flush or a compaction in `db.py`, a block
+read in `sstable.format.read_block`, a filter probe in the table reader, a
+dropped version in `compaction.drop_dead`).  The frozen types below are what
+the store hands out: `DBStats` from ``db.stats()`` (the counters, per level and
+per table), `TableInfo` rows from ``db.tables()``, and `FilterCounts`, the
+filter outcomes with the false-positive rate measured beside the one theory
+predicts.  They are plain data; `minilsm.report` gathers them from a live store.
 
 Increments are plain attribute updates, not atomic across threads: under
 concurrent readers a count can, rarely, be lost.  Single-threaded runs (tests,
@@ -246,7 +247,9 @@ class DBStats:
     compaction_bytes_written: int
     compaction_bytes_read: int
     flushes: int
+    """Memtables written as level-0 tables, the one an open makes of the writes it replays from the log included."""
     compactions: int
+    """Compactions run, trivial moves included (tables relabelled to a deeper level, nothing read or written)."""
     entries_dropped_shadowed: int
     tombstones_dropped: int
     # shape, now

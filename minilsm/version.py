@@ -61,7 +61,8 @@ class Version:
 
         Probes level-0 tables newest first, then at most one table per deeper level.
         Each table checks its key range, then its filter, and only then reads a block.
-        O(L0 tables + sum over levels of log(tables in level)) filter probes at most.
+        At most one filter probe per level-0 table and one per deeper level, whose
+        table is found by bisection: O(L0 tables + sum over levels of log(tables in level)).
         """
         for table in self.levels[0]:
             found = table.get(key, h, seq, trace)

@@ -404,6 +404,22 @@ def test_the_manifest_decodes_as_documented(db_path: str) -> None:
     assert list(example) == documented_keys and all(list(t) == table_keys for lv in example["levels"] for t in lv)
 
 
+def test_the_manifest_example_is_what_its_store_writes(db_path: str) -> None:
+    """FORMAT.md's example manifest, made as it says: 1000 puts of 10-byte values into a new store, one flush.
+
+    It used to show table 2 with log number 3: a flush freezes the memtable and starts the next log
+    before it numbers its table, so the table is 3 and the log 2.
+    """
+    section = doc_section("FORMAT.md", "## Manifest")
+    assert "1000 puts, `k00000` to `k00999` with 10-byte values, and one flush" in section
+    with minilsm.DB(db_path, background=False) as db:
+        for i in range(1000):
+            db.put(b"k%05d" % i, b"v" * 10)
+        db.flush()
+        example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))  # type: ignore[union-attr]
+        assert doc_manifest(Path(db_path, "MANIFEST").read_bytes()) == example
+
+
 def test_both_readings_of_the_digest_agree() -> None:
     """BLOOM.md, "Hashing": h2 is the first 8 bytes of the canonical (big-endian) digest, h1 the last 8."""
     for key in (b"", b"apple", b"k%05d" % 42):

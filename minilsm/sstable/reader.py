@@ -6,7 +6,8 @@ filter as a `BloomFilter`.  A point read is then, in order: a key-range check,
 a filter probe, a bisect of the index, and exactly one data block (from the
 block cache, or one pread) searched through its hash index (binary search over
 its offset array when the index cannot say).
-Scans decode each block they touch in one go.
+Scans decode the first two blocks they reach a version at a time, as the consumer
+asks, and each later block the range covers whole in one pass.
 
 All disk reads go through `format.read_block`, which checks and counts them.
 The file itself is fetched per block read from the shared `TableFileCache` if
@@ -296,11 +297,12 @@ class TableReader:
         """Versions ``(user_key, trailer, value)`` with ``start <= user_key < stop``, in internal order or its reverse.
 
         Lazy: each block is read (or taken from the block cache, which scans do
-        not fill) when the scan reaches it.  A block the range covers whole is
-        decoded in one pass; the first and last blocks of a bounded range are
-        entered by binary search and decoded a version at a time as the consumer
-        asks, so a seek followed by a few steps decodes a few versions, not a
-        block.  O(1) per version.
+        not fill) when the scan reaches it.  From the third block on, a block the
+        range covers whole is decoded in one pass; the first two blocks, and a
+        block the range ends inside, are decoded a version at a time as the
+        consumer asks (the blocks a bound falls in entered by binary search), so
+        a seek followed by a few steps decodes a few versions, not a block.
+        O(1) per version.
         """
         if (start is not None and start > self.largest) or (stop is not None and stop <= self.smallest):
             return iter(())

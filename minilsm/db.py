@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import os
 import threading
+import warnings
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterator
@@ -166,7 +167,10 @@ class DB:
             raise StoreIOError(f"{path}: opening the store failed: {e}") from e
         self._closed = False
         if self.options.background:
-            self._bg_thread = threading.Thread(target=self._background_loop, name=f"minilsm-bg:{path}", daemon=True)
+            # The thread holds the store weakly, so that one dropped without close() is still freed (`__del__`).
+            self._bg_thread = threading.Thread(
+                target=_background_loop, args=(weakref.ref(self), self._cond), name=f"minilsm-bg:{path}", daemon=True
+            )
             self._bg_thread.start()
             with self._mutex:
                 self._cond.notify_all()  # recovery may have left compaction work
@@ -350,6 +354,14 @@ class DB:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def __del__(self) -> None:
+        # Collected without close(): the lock, the log and the table files close as their own objects go (the
+        # log handed every acknowledged record to the OS, so nothing is lost), and the background thread, which
+        # holds the store only while it works, ends at its next look.  Warn as an unclosed file does.
+        if not getattr(self, "_closed", True):  # (an __init__ that raised early set nothing)
+            with contextlib.suppress(Exception):  # at interpreter exit the warnings machinery may be gone
+                warnings.warn(f"unclosed minilsm store {self.path!r}", ResourceWarning, stacklevel=2)
 
     def __enter__(self) -> DB:
         return self
@@ -791,20 +803,6 @@ class DB:
         else:
             self._do_background_work()
 
-    def _background_loop(self) -> None:
-        opts = self.options
-        # Only reads make a seek compaction due, and they never notify: look again now and then.
-        timeout = SEEK_CHECK_INTERVAL if opts.seek_compaction and opts.compaction_style == "leveled" else None
-        with self._mutex:
-            while True:
-                while not self._closing and self._bg_error is None and not self._has_background_work():
-                    self._cond.wait(timeout)
-                if self._closing or self._bg_error is not None:
-                    self._cond.notify_all()
-                    return
-                self._do_one_background_job()
-                self._cond.notify_all()
-
     def _has_background_work(self) -> bool:
         return self._imm is not None or (
             not self._compacting
@@ -1071,6 +1069,29 @@ class DB:
     def last_sequence(self) -> int:
         """The sequence number of the newest acknowledged write."""
         return self._last_seq
+
+
+def _background_loop(ref: weakref.ref[DB], cond: threading.Condition) -> None:
+    """The background thread of the store `ref` names: flushes and compactions, until it closes or is collected.
+
+    It holds the store only while it looks for work and does it, never while it waits, so a store dropped
+    without `close()` can be freed; it then ends within `SEEK_CHECK_INTERVAL`.  That is also how often an idle
+    thread looks again, since reads make a seek compaction due without notifying.
+    """
+    with cond:
+        while True:
+            db = ref()
+            if db is None:
+                return
+            if db._closing or db._bg_error is not None:
+                cond.notify_all()
+                return
+            if db._has_background_work():
+                db._do_one_background_job()
+                cond.notify_all()
+            else:
+                del db  # not held while waiting; were this the last reference, the store is freed here
+                cond.wait(SEEK_CHECK_INTERVAL)
 
 
 def _outcome(kind: int) -> str:

@@ -52,6 +52,7 @@ from minilsm.cache import LRUCache, TableFileCache
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
+    Error,
     ExistsError,
     LockError,
     NotFoundError,
@@ -442,18 +443,25 @@ class DB:
             ):
                 self._make_room()
             seq = self._last_seq + 1
+            payload = encode_batch(seq, ops)
+            user_bytes = 0
             try:
-                written = self._log.add_record(encode_batch(seq, ops), opts.sync if sync is None else sync)
+                written = self._log.add_record(payload, opts.sync if sync is None else sync)
+                add = self._mem.add
+                for kind, key, value in ops:
+                    add(key, seq, kind, value)
+                    seq += 1
+                    user_bytes += len(key) + len(value)
             except OSError as e:
                 # The log may now end in a partial record; appending more after it would
                 # bury the damage mid-log.  Refuse further writes until a reopen.
                 raise self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e) from e
-            add = self._mem.add
-            user_bytes = 0
-            for kind, key, value in ops:
-                add(key, seq, kind, value)
-                seq += 1
-                user_bytes += len(key) + len(value)
+            except BaseException as e:
+                # KeyboardInterrupt, MemoryError: the log may hold the record and the memtable part of it.  The
+                # next write would take the same sequence numbers, publishing that part and sending the log back
+                # in sequence (which reopening refuses): refuse writes instead; a reopen replays the batch whole.
+                self._fail_writes_after_interrupt(e)
+                raise
             self._last_seq = seq - 1  # publish: readers now see the whole batch
             st = self._stats
             st.log_bytes_written += written
@@ -474,12 +482,20 @@ class DB:
         self._cond.notify_all()
         return err
 
+    def _fail_writes_after_interrupt(self, e: BaseException) -> None:
+        """Turn the store read-only after a write stopped by a non-I/O exception once its log record may exist."""
+        err = Error(f"{self.path}: a write was interrupted after its log append ({type(e).__name__}: {e})")
+        err.__cause__ = e
+        if self._bg_error is None:
+            self._bg_error = err
+        self._cond.notify_all()
+
     def _check_writable(self) -> None:
         if self._closed or self._closing:
             raise ClosedError(f"{self.path}: the store is closed")
         if self._bg_error is not None:
             raise ReadOnlyError(
-                f"{self.path}: the store is read-only after an I/O failure: {self._bg_error}"
+                f"{self.path}: the store is read-only after a failed write: {self._bg_error}"
             ) from self._bg_error
 
     def _make_room(self) -> None:

@@ -693,6 +693,7 @@ class DB:
                 self._delete_obsolete_files()
 
     def __iter__(self) -> Iterator[bytes]:
+        """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
         return iter(self.iterator(include_value=False))
 
     def snapshot(self) -> Snapshot:
@@ -1298,6 +1299,7 @@ class Snapshot:
         return self.get(key, _MISSING) is not _MISSING  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[bytes]:
+        """The keys in order, as `DB.__iter__` (not plyvel's (key, value) pairs)."""
         return iter(self.iterator(include_value=False))
 
     def close(self) -> None:

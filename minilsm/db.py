@@ -401,6 +401,8 @@ class DB:
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
+        if self._closed:  # at once, as `iterator` and `snapshot` do, not after the block has filled the batch
+            raise ClosedError(f"{self.path}: the store is closed")
         return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync, _owner=self)
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:

@@ -13,7 +13,8 @@ Two styles, as in RocksDB:
   (write amplification up to ~ multiplier x levels).
 * **Size-tiered** (Cassandra's STCS, RocksDB's universal).  Every table is a
   sorted run in level 0; once `tiered_min_threshold` runs *adjacent in age*
-  have similar sizes (within `tiered_bucket_low`..`high` of their average) they
+  have similar sizes (within `tiered_bucket_low`..`high` of their average;
+  smaller runs among them, flushes of memtables not yet full, join too) they
   merge into one.  Writes are cheaper (each byte is rewritten about
   log(N) times), but reads probe more tables and dead data lives longer.
   Only runs adjacent in age merge, so "newest run first" stays a valid read
@@ -216,17 +217,21 @@ def _pick_tiered(version: Version, options: Options) -> Compaction | None:
     runs = version.levels[0]  # newest first
     n = len(runs)
     for i in range(n):
-        total = 0
-        j = i
-        # Grow a window of age-adjacent runs while each new one stays within the bucket
-        # around the window's running average size.
+        total = runs[i].file_size  # of the runs in the bucket
+        count = 1
+        j = i + 1
+        # Grow a window of age-adjacent runs while each older one stays within the bucket around the
+        # average size of the window's runs, or is smaller than the bucket: a small run (a flush of a
+        # memtable not yet full, as reopening or flush() makes) is cheap to merge, and left out it would
+        # split its neighbours into windows too short to merge, for good.
         while j < n:
             size = runs[j].file_size
-            if j > i:
-                avg = total / (j - i)
-                if not options.tiered_bucket_low * avg <= size <= options.tiered_bucket_high * avg:
-                    break
-            total += size
+            avg = total / count
+            if size > options.tiered_bucket_high * avg:
+                break
+            if size >= options.tiered_bucket_low * avg:
+                total += size
+                count += 1
             j += 1
         if j - i >= options.tiered_min_threshold:
             window = list(runs[i:j])

@@ -39,6 +39,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterator
@@ -178,7 +179,10 @@ class DB:
             raise StoreIOError(f"{path}: opening the store failed: {e}") from e
         self._closed = False
         if self.options.background:
-            self._bg_thread = threading.Thread(target=self._background_loop, name=f"minilsm-bg:{path}", daemon=True)
+            # The thread holds the store weakly, so that one dropped without close() is still freed (`__del__`).
+            self._bg_thread = threading.Thread(
+                target=_background_loop, args=(weakref.ref(self), self._cond), name=f"minilsm-bg:{path}", daemon=True
+            )
             self._bg_thread.start()
             with self._mutex:
                 self._cond.notify_all()  # recovery may have left compaction work
@@ -375,6 +379,14 @@ class DB:
     def closed(self) -> bool:
         return self._closed
 
+    def __del__(self) -> None:
+        # Collected without close(): the lock, the log and the table files close as their own objects go (the
+        # log handed every acknowledged record to the OS, so nothing is lost), and the background thread, which
+        # holds the store only while it works, ends at its next look.  Warn as an unclosed file does.
+        if not getattr(self, "_closed", True):  # (an __init__ that raised early set nothing)
+            with contextlib.suppress(Exception):  # at interpreter exit the warnings machinery may be gone
+                warnings.warn(f"unclosed minilsm store {self.path!r}", ResourceWarning, stacklevel=2)
+
     def __enter__(self) -> DB:
         return self
 
@@ -413,6 +425,8 @@ class DB:
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
+        if self._closed:  # at once, as `iterator` and `snapshot` do, not after the block has filled the batch
+            raise ClosedError(f"{self.path}: the store is closed")
         return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync, _owner=self)
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
@@ -473,7 +487,7 @@ class DB:
                 # An interrupt (a signal handler's KeyboardInterrupt, MemoryError) between the append and the
                 # publish: the log may hold this record, whole or in part, under numbers the next write would
                 # reuse, and recovery refuses a log that goes back.  The same refusal; the interrupt goes on.
-                self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e)
+                self._fail_writes(f"writing the log {self._log_path(self._log.number)} (interrupted)", e)
                 raise
             st = self._stats
             st.log_bytes_written += written
@@ -697,6 +711,7 @@ class DB:
                 self._delete_obsolete_files()
 
     def __iter__(self) -> Iterator[bytes]:
+        """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
         return iter(self.iterator(include_value=False))
 
     def snapshot(self) -> Snapshot:
@@ -829,38 +844,6 @@ class DB:
             self._cond.wait()
         else:
             self._do_background_work()
-
-    def _background_loop(self) -> None:
-        opts = self.options
-        # Only reads make a seek compaction due, and they never notify: look again now and then.
-        timeout = SEEK_CHECK_INTERVAL if opts.seek_compaction and opts.compaction_style == "leveled" else None
-        failure: BaseException | None = None
-        with self._mutex:
-            try:
-                while True:
-                    while not self._closing and self._bg_error is None and not self._has_background_work():
-                        self._cond.wait(timeout)
-                    if self._closing or self._bg_error is not None:
-                        self._cond.notify_all()
-                        break
-                    failure = self._do_one_background_job()
-                    self._cond.notify_all()
-            except BaseException as e:
-                # Raised outside a job (a bug in choosing the next one): this thread ends, and writers
-                # waiting for it would wait forever unless they learn it is gone.
-                failure = e
-                if self._bg_error is None:
-                    self._bg_error = e
-                self._cond.notify_all()
-        if failure is not None:
-            # Recorded for the next write to raise; but a store that takes no write after it (a reader, one
-            # closed next) would never say, and a bug's traceback would go with it.  Logged outside the mutex.
-            _log.error(
-                "%s: background flush or compaction failed; the store is read-only until reopened: %s",
-                self.path,
-                failure,
-                exc_info=failure,
-            )
 
     def _has_background_work(self) -> bool:
         return self._imm is not None or (not self._compacting and self._pick_compaction() is not None)
@@ -1143,6 +1126,52 @@ class DB:
         return self._last_seq
 
 
+def _background_loop(ref: weakref.ref[DB], cond: threading.Condition) -> None:
+    """The background thread of the store `ref` names: flushes and compactions, until it closes or is collected.
+
+    It holds the store only while it looks for work and does it, never while it waits, so a store dropped
+    without `close()` can be freed; it then ends within `SEEK_CHECK_INTERVAL`.  That is also how often an idle
+    thread looks again, since reads make a seek compaction due without notifying.  Its own failure is logged
+    on the `minilsm` logger as it ends (a writer's, recorded meanwhile, is the writer's to raise).
+    """
+    failure: BaseException | None = None
+    path = ""
+    with cond:
+        try:
+            while True:
+                db = ref()
+                if db is None:
+                    return
+                path = db.path
+                if db._closing or db._bg_error is not None:
+                    cond.notify_all()
+                    break
+                if db._has_background_work():
+                    failure = db._do_one_background_job()
+                    cond.notify_all()
+                else:
+                    del db  # not held while waiting; were this the last reference, the store is freed here
+                    cond.wait(SEEK_CHECK_INTERVAL)
+        except BaseException as e:
+            # Raised outside a job (a bug in choosing the next one): this thread ends, and writers
+            # waiting for it would wait forever unless they learn it is gone.
+            failure = e
+            alive = ref()
+            if alive is not None and alive._bg_error is None:
+                alive._bg_error = e
+            del alive
+            cond.notify_all()
+    if failure is not None:
+        # Recorded for the next write to raise; but a store that takes no write after it (a reader, one
+        # closed next) would never say, and a bug's traceback would go with it.  Logged outside the mutex.
+        _log.error(
+            "%s: background flush or compaction failed; the store is read-only until reopened: %s",
+            path,
+            failure,
+            exc_info=failure,
+        )
+
+
 def _outcome(kind: int) -> str:
     return "found" if kind == KIND_VALUE else "tombstone"
 
@@ -1351,6 +1380,7 @@ class Snapshot:
         return self.get(key, _MISSING) is not _MISSING  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[bytes]:
+        """The keys in order, as `DB.__iter__` (not plyvel's (key, value) pairs)."""
         return iter(self.iterator(include_value=False))
 
     def close(self) -> None:

@@ -223,6 +223,7 @@ class _PosixFileLock:
     __slots__ = ("_fd",)
 
     def __init__(self, path: str) -> None:
+        self._fd = -1  # for __del__ if the lock below is refused
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             # flock locks belong to the open file description, so a second open
@@ -240,6 +241,11 @@ class _PosixFileLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
+
+    def __del__(self) -> None:
+        # A store dropped without close() lets its directory go when it is collected, as a dropped file closes.
+        with contextlib.suppress(OSError):
+            self.release()
 
 
 DEFAULT_FS = FileSystem()

@@ -4,8 +4,8 @@ Shape.  A sorted dict maps each user key to the list of its versions
 ``(trailer, value)``, oldest first.  Writes arrive with increasing sequence
 numbers, so a new version is always the newest of its key and is appended: a
 write to a known key is a dict lookup plus `list.append`.  A point read is one
-dict lookup (no bisection at all) plus a backwards scan of that key's
-versions, which usually stops at the first.  LevelDB keeps one skiplist of
+dict lookup and a look at that key's newest version; only a snapshot's read of
+a key written since bisects the key's versions.  LevelDB keeps one skiplist of
 internal keys instead; grouping versions under their user key is what makes
 reads O(1) here.
 
@@ -40,7 +40,9 @@ store's snapshot filter hides them either way.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import Final
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]  # no stubs or py.typed
@@ -55,6 +57,7 @@ table a flush will write, not the memory it holds: Python objects add about
 `approximate_size` at 100-byte values, 1.25x at 1000-byte values).
 """
 
+_TRAILER: Final = itemgetter(0)
 _FIRST_CHUNK: Final = 16
 _MAX_CHUNK: Final = 1024
 
@@ -99,8 +102,9 @@ class MemTable:
     def get(self, key: bytes, seq: int) -> tuple[int, bytes] | None:
         """``(kind, value)`` of the newest version of `key` with sequence number <= `seq`, else None.
 
-        O(1) plus the versions newer than `seq` that are skipped (none at the
-        latest sequence number).  A tombstone is returned as ``(KIND_DELETE, b"")``:
+        O(1) at the latest sequence number; an older `seq` (a snapshot's) bisects
+        the key's versions, O(log v), so a key overwritten many times since the
+        snapshot costs no more.  A tombstone is returned as ``(KIND_DELETE, b"")``:
         it answers the read, which must not look further in older tables.
         """
         versions = self._lookup(key)
@@ -111,10 +115,12 @@ class MemTable:
         trailer, value = versions[-1]
         if trailer <= limit:
             return trailer & 0xFF, value
-        for trailer, value in reversed(versions):
-            if trailer <= limit:
-                return trailer & 0xFF, value
-        return None
+        # Trailers ascend (versions are appended oldest first); a version appended meanwhile goes past the end.
+        i = bisect_right(versions, limit, key=_TRAILER)
+        if i == 0:
+            return None
+        trailer, value = versions[i - 1]
+        return trailer & 0xFF, value
 
     def iter(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False

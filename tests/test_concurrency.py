@@ -758,10 +758,10 @@ def test_an_exception_anywhere_in_the_background_thread_stops_writers_with_read_
     real = compaction_mod.pick_compaction
     bg_thread: list[threading.Thread] = []
 
-    def picker(*args: Any) -> Any:
+    def picker(*args: Any, **kwargs: Any) -> Any:
         if threading.current_thread() in bg_thread:
             raise RuntimeError("a bug in the compaction picker")
-        return real(*args)
+        return real(*args, **kwargs)
 
     db = minilsm.DB(db_path, **small_options(background=True))
     assert db._bg_thread is not None
@@ -776,6 +776,7 @@ def test_an_exception_anywhere_in_the_background_thread_stops_writers_with_read_
         writer, outcome = in_thread(write)
         writer.join(20)
         assert not writer.is_alive(), "a writer waits forever for the dead background thread"
+        bg_thread[0].join(20)  # it logs as it ends, after letting the writers go
     assert len(outcome) == 1 and isinstance(outcome[0], minilsm.ReadOnlyError), outcome
     assert "a bug in the compaction picker" in caplog.text
     monkeypatch.undo()

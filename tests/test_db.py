@@ -450,6 +450,8 @@ def test_closed_store_raises_clear_errors(db_path: str) -> None:
         lambda: db.iterator(),
         lambda: db.snapshot(),
         lambda: db.flush(),
+        # Was: a batch was handed out, and the block filled it, only for its end to raise ClosedError.
+        lambda: db.write_batch(),
     ):
         with pytest.raises(minilsm.ClosedError):
             call()

@@ -36,6 +36,7 @@ from storeutil import check_invariants, crash, fast_tmp_dir, small_options
 import minilsm
 from minilsm.errors import ClosedError, ReadOnlyError, StoreIOError
 from minilsm.fs import WritableFile
+from minilsm.memtable import MemTable
 
 # -- the workload --------------------------------------------------------------------
 
@@ -921,3 +922,44 @@ def test_interrupts_at_random_moments_of_writes_flushes_and_compactions_lose_not
     with minilsm.DB(db_path, **small_options()) as db:
         wrong = {k: db.get(k) for k, values in allowed.items() if db.get(k) not in values}
     assert wrong == {}
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, MemoryError])
+@pytest.mark.parametrize("at", [1, 2], ids=["first op", "second op"])
+def test_a_write_interrupted_after_its_log_append_turns_the_store_read_only(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, stop: type[BaseException], at: int
+) -> None:
+    """Was: an exception landing between a write's log append and its publication (Ctrl-C in a program that
+    catches KeyboardInterrupt and goes on, a MemoryError in a big batch) left part of the batch in the memtable
+    under unpublished sequence numbers, and the next write took the same numbers: that write made the partial
+    batch visible (x without y), and its log record went back in sequence, so the store no longer opened
+    ("CorruptionError: record 2 has sequence number 2, not above 3").  Now such a write turns the store
+    read-only, as an I/O failure does; a reopen replays the logged batch whole."""
+    path = os.path.join(str(tmp_path), "db")
+    db = minilsm.DB(path)
+    db.put(b"a", b"0")
+    real_add = MemTable.add
+    calls = 0
+
+    def add(self: MemTable, key: bytes, seq: int, kind: int, value: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == at:
+            raise stop
+        real_add(self, key, seq, kind, value)
+
+    monkeypatch.setattr(MemTable, "add", add)
+    with pytest.raises(stop), db.write_batch() as wb:
+        wb.put(b"x", b"1")
+        wb.put(b"y", b"1")
+    monkeypatch.setattr(MemTable, "add", real_add)
+    assert (db.get(b"x"), db.get(b"y")) == (None, None)  # not published
+    with pytest.raises(ReadOnlyError, match="interrupted"):
+        db.put(b"c", b"after")
+    assert (db.get(b"x"), db.get(b"y"), db.get(b"c")) == (None, None, None)
+    db.close()
+    with minilsm.DB(path) as db:
+        assert list(db.iterator()) == [(b"a", b"0"), (b"x", b"1"), (b"y", b"1")]
+        db.put(b"c", b"after")
+    with minilsm.DB(path) as db:
+        assert db.get(b"c") == b"after"

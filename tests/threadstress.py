@@ -185,17 +185,22 @@ def run_epoch(path: str, model: Model, ep: Epoch, log: Callable[[str], None] = l
     seeks = [0]
     real_seek = compaction.seek_compaction
 
-    def counting_seek(version: Any) -> Any:
-        c = real_seek(version)
+    def counting_seek(*args: Any) -> Any:
+        c = real_seek(*args)
         if c is not None:
             seeks[0] += 1
         return c
 
     compaction.seek_compaction = counting_seek
     # A small allowance, and an idle background thread that looks often: seek compactions happen in a short run.
-    real_allowance, real_interval = compaction.SEEK_ALLOWANCE_MIN, dbmodule.SEEK_CHECK_INTERVAL
+    real_allowance, real_interval, real_pace = (
+        compaction.SEEK_ALLOWANCE_MIN,
+        dbmodule.SEEK_CHECK_INTERVAL,
+        dbmodule.SEEK_PACE,
+    )
     compaction.SEEK_ALLOWANCE_MIN = rng.choice([3, 10, real_allowance])
     dbmodule.SEEK_CHECK_INTERVAL = 0.01  # type: ignore[misc]
+    dbmodule.SEEK_PACE = rng.choice([0.0, real_pace])  # type: ignore[misc]  # unpaced: one after another
     uncaught: list[BaseException] = []
     old_hook = threading.excepthook
 
@@ -214,6 +219,7 @@ def run_epoch(path: str, model: Model, ep: Epoch, log: Callable[[str], None] = l
         compaction.seek_compaction = real_seek
         compaction.SEEK_ALLOWANCE_MIN = real_allowance
         dbmodule.SEEK_CHECK_INTERVAL = real_interval  # type: ignore[misc]
+        dbmodule.SEEK_PACE = real_pace  # type: ignore[misc]
         threading.excepthook = old_hook
 
 

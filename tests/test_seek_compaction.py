@@ -137,19 +137,26 @@ def test_a_seek_compaction_waits_until_the_level_below_has_room(db_path: str) ->
     load(db_path)
     with minilsm.DB(db_path, **options()) as db:
         v, opts = db.version, db.options
-        newest = v.levels[0][0]
-        newest.seek_charge_base = 10**6
-        level0_bytes = sum(t.file_size for t in v.levels[0])
-        assert v.level_bytes(1) + level0_bytes > compaction.max_bytes_for_level(opts, 1)  # the load left no room
+        mid = next(t for t in v.levels[1] if v.overlapping(2, t.smallest, t.largest))
+        mid.seek_charge_base = 10**6
+        room = compaction.max_bytes_for_level(opts, 2) - v.level_bytes(2)
+        assert room < mid.file_size  # the load left level 2 too full for it
         assert compaction.pick_compaction(v, opts, db._compact_pointers) is None
-    # The same store and charge, with level 1 allowed just what the merge could make it: now it is picked.
-    limit = v.level_bytes(1) + level0_bytes
-    with minilsm.DB(db_path, **options(level1_max_bytes=limit)) as db:
-        v, opts = db.version, db.options
+        # Level 0 is the exception: its merge never fits level 1 and is due at the next writes anyway.
+        level0_bytes = sum(t.file_size for t in v.levels[0])
+        assert v.level_bytes(1) + level0_bytes > compaction.max_bytes_for_level(opts, 1)
         v.levels[0][0].seek_charge_base = 10**6
         c = compaction.pick_compaction(v, opts, db._compact_pointers)
-        assert c is not None and c.reason.startswith("seek") and c.level == 0
-        assert compaction.max_bytes_for_level(opts, 1) == limit
+        assert c is not None and c.by_seek and c.level == 0
+    # The same store and charge, with level 2 allowed just what the merge could make it: now it is picked.
+    with minilsm.DB(db_path, **options(level1_max_bytes=(v.level_bytes(2) + mid.file_size) // 2)) as db:
+        v, opts = db.version, db.options
+        assert compaction.max_bytes_for_level(opts, 2) >= v.level_bytes(2) + mid.file_size
+        assert compaction.pick_compaction(v, opts, db._compact_pointers, seek=False) is None  # nothing due by size
+        mid = next(t for t in v.levels[1] if t.number == mid.number)
+        mid.seek_charge_base = 10**6
+        c = compaction.pick_compaction(v, opts, db._compact_pointers)
+        assert c is not None and c.by_seek and (c.level, c.inputs) == (1, [mid])
 
 
 def test_tiered_never_picks_a_seek_compaction(db_path: str) -> None:

@@ -294,6 +294,17 @@ class GateFS(minilsm.fs.FileSystem):
         return super().open_writable(path)
 
 
+def store_with_compaction_at_the_gate(db_path: str) -> tuple[minilsm.DB, GateFS]:
+    """A background store whose compaction, started by two flushes, is held at the gate of its `GateFS`."""
+    fs = GateFS(3)  # two flushes, then the compaction they start is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    for n in range(2):
+        db.put(b"k", b"%d" % n)
+        db.flush()
+    assert fs.reached.wait(10), "the background compaction never started"
+    return db, fs
+
+
 def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException | None]]:
     """Run `call` in a started daemon thread; the list then gets None if it returns, or what it raised."""
     outcome: list[BaseException | None] = []
@@ -312,12 +323,7 @@ def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseEx
 
 def test_close_stops_a_flush_waiting_in_another_thread(db_path: str) -> None:
     """close() while flush() waits for the background thread: the flush gets ClosedError, it does not hang."""
-    fs = GateFS(3)  # two flushes, then the compaction they start is held at the gate
-    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
-    for n in range(2):
-        db.put(b"k", b"%d" % n)
-        db.flush()
-    assert fs.reached.wait(10), "the background compaction never started"
+    db, fs = store_with_compaction_at_the_gate(db_path)
     db.put(b"k", b"2")
     flusher, outcome = in_thread(db.flush)
     while db._imm is None:  # the flush froze the memtable and now waits for the background thread
@@ -399,12 +405,7 @@ def test_a_snapshot_collected_by_the_cycle_collector_under_the_store_lock_does_n
 def test_a_second_close_returns_only_once_the_store_is_closed(db_path: str) -> None:
     """Was: a close() racing with one already under way returned at once, before the directory was released,
     so reopening right after it raised LockError."""
-    fs = GateFS(3)  # two flushes, then the background compaction is held at the gate
-    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
-    for n in range(2):
-        db.put(b"k", b"%d" % n)
-        db.flush()
-    assert fs.reached.wait(10), "the background compaction never started"
+    db, fs = store_with_compaction_at_the_gate(db_path)
     first = threading.Thread(target=db.close, daemon=True)
     first.start()
     while not db._closing:
@@ -715,12 +716,7 @@ def test_a_close_interrupted_while_it_waits_can_be_called_again_and_finishes(db_
     close() does the rest."""
     import signal
 
-    fs = GateFS(3)  # two flushes, then the background compaction is held at the gate
-    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
-    for n in range(2):
-        db.put(b"k", b"%d" % n)
-        db.flush()
-    assert fs.reached.wait(10), "the background compaction never started"
+    db, fs = store_with_compaction_at_the_gate(db_path)
     main = threading.get_ident()
 
     def interrupt_then_open_the_gate() -> None:

@@ -147,7 +147,12 @@ def test_a_store_dropped_without_close_is_freed_and_releases_its_directory(db_pa
     bg, ref = db._bg_thread, weakref.ref(db)
     with pytest.warns(ResourceWarning, match="unclosed"):
         del db
-        gc.collect()
+        # The background thread holds the store while it runs a job (a flush the puts started, or a look for
+        # work), and lets go when that ends: wait for that, not for ever.
+        deadline = time.monotonic() + 10
+        while ref() is not None and time.monotonic() < deadline:
+            gc.collect()
+            time.sleep(0.01)
     assert ref() is None, "the store is still referenced"
     if bg is not None:
         bg.join(10)

@@ -60,9 +60,9 @@ class Options:
     max_levels: int = 7
     seek_compaction: bool = True
     """Leveled: when no level is over its size, compact a table that reads keep probing in vain into the level
-    below (LevelDB's seek compaction; RocksDB removed it), if the level below has room for it.  Reads then ask fewer
-    filters, for compaction work that reads cause.  Turn it off for write-heavy loads, or for a shape that depends on
-    the writes alone."""
+    below (LevelDB's seek compaction; RocksDB removed it), if the level below has room for it (level 0 always goes),
+    paced to at most a quarter of the time.  Reads then ask fewer filters, for compaction work that reads cause.
+    Turn it off for write-heavy loads, or for a shape that depends on the writes alone."""
     tiered_min_threshold: int = 4
     """Size-tiered: tables of similar size merged once this many exist."""
     tiered_bucket_low: float = 0.5

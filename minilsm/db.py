@@ -147,6 +147,9 @@ class DB:
         self._file_cache = TableFileCache(self._fs, self.options.max_open_files)
         self._imm: MemTable | None = None
         self._imm_log_number = 0  # the log holding the frozen memtable's writes
+        self._work_due = False
+        """Inline mode: the open left flushes or compactions due, which the next write runs (background mode's
+        thread starts them at once, as LevelDB does).  A store opened only to read is left as it was."""
         self._open()
 
     def _open(self) -> None:
@@ -186,6 +189,9 @@ class DB:
             self._bg_thread.start()
             with self._mutex:
                 self._cond.notify_all()  # recovery may have left compaction work
+        else:
+            # Else level 0 would grow by a table per reopen until a memtable filled.
+            self._work_due = self._has_background_work()
 
     def _store_exists(self) -> bool:
         """Whether the directory holds a store, refused as `create_if_missing`/`error_if_exists` say."""
@@ -466,6 +472,7 @@ class DB:
                 or self._closing
                 or self._bg_error is not None
                 or self._mem.approximate_size >= opts.memtable_size
+                or self._work_due
             ):
                 self._make_room()
             seq = self._last_seq + 1
@@ -520,6 +527,10 @@ class DB:
     def _make_room(self) -> None:
         """Before a write: freeze a full memtable, waiting if the previous one is not flushed yet."""
         opts = self.options
+        if self._work_due:
+            self._check_writable()
+            self._work_due = False
+            self._do_background_work()
         while True:
             self._check_writable()
             if self._mem.approximate_size < opts.memtable_size:

@@ -266,9 +266,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     # A store does not record its compaction style (LevelDB's options are not stored either), and `compact`
-    # on a size-tiered store opened leveled would move its runs into levels.  The other commands compact
-    # nothing (inline, one write never fills the memtable), but take it too, to open a store as its
-    # application does.
+    # on a size-tiered store opened leveled would move its runs into levels; so would `put` and `delete`,
+    # whose write runs any compaction the open left due, as an application's first write does.  The read
+    # commands compact nothing, but take it too, to open a store as its application does.
     style = argparse.ArgumentParser(add_help=False)
     style.add_argument(
         "--compaction-style",

@@ -147,6 +147,9 @@ class DB:
         self._file_cache = TableFileCache(self._fs, self.options.max_open_files)
         self._imm: MemTable | None = None
         self._imm_log_number = 0  # the log holding the frozen memtable's writes
+        self._work_due = False
+        """Inline mode: the open left flushes or compactions due, which the next write runs (background mode's
+        thread starts them at once, as LevelDB does).  A store opened only to read is left as it was."""
         self._open()
 
     def _open(self) -> None:
@@ -186,6 +189,9 @@ class DB:
             self._bg_thread.start()
             with self._mutex:
                 self._cond.notify_all()  # recovery may have left compaction work
+        else:
+            # Else level 0 would grow by a table per reopen until a memtable filled.
+            self._work_due = self._has_background_work()
 
     def _store_exists(self) -> bool:
         """Whether the directory holds a store, refused as `create_if_missing`/`error_if_exists` say."""
@@ -466,6 +472,7 @@ class DB:
                 or self._closing
                 or self._bg_error is not None
                 or self._mem.approximate_size >= opts.memtable_size
+                or self._work_due
             ):
                 self._make_room()
             seq = self._last_seq + 1
@@ -487,7 +494,7 @@ class DB:
                 # An interrupt (a signal handler's KeyboardInterrupt, MemoryError) between the append and the
                 # publish: the log may hold this record, whole or in part, under numbers the next write would
                 # reuse, and recovery refuses a log that goes back.  The same refusal; the interrupt goes on.
-                self._fail_writes(f"writing the log {self._log_path(self._log.number)} (interrupted)", e)
+                self._fail_writes(f"writing the log {self._log_path(self._log.number)}", e)
                 raise
             st = self._stats
             st.log_bytes_written += written
@@ -501,7 +508,8 @@ class DB:
         is built on them: reads go on, writes get `ReadOnlyError`, and a reopen
         recovers from what is on disk.
         """
-        err = StoreIOError(f"{self.path}: {what} failed: {e or type(e).__name__}")  # an interrupt has no text
+        # An interrupt (KeyboardInterrupt) has no text of its own.
+        err = StoreIOError(f"{self.path}: {what} failed: {str(e) or f'interrupted ({type(e).__name__})'}")
         err.__cause__ = e
         if self._bg_error is None:
             self._bg_error = err
@@ -519,6 +527,10 @@ class DB:
     def _make_room(self) -> None:
         """Before a write: freeze a full memtable, waiting if the previous one is not flushed yet."""
         opts = self.options
+        if self._work_due:
+            self._check_writable()
+            self._work_due = False
+            self._do_background_work()
         while True:
             self._check_writable()
             if self._mem.approximate_size < opts.memtable_size:
@@ -1184,8 +1196,27 @@ def _meets(t: TableReader, start: bytes | None, stop: bytes | None) -> bool:
     return (start is None or t.largest >= start) and (stop is None or t.smallest < stop)
 
 
+def _acquire(lock: threading.Lock, taken: list[bool]) -> None:
+    """`lock.acquire()`, appending True to `taken` once the lock is held, before any signal handler can run.
+
+    A KeyboardInterrupt (Ctrl-C) is raised in the main thread either while it
+    waits (the lock is then not taken) or just after the acquire returns (it
+    is).  Called from C through `map`, the acquire's result lands in `taken`
+    with no bytecode in between, so `taken` tells the two apart.  (CPython runs
+    signal handlers between bytecodes, and inside a lock wait only when the wait
+    then gives up.)
+    """
+    taken.extend(map(lock.acquire, (True,)))
+
+
 class _Unlocked:
-    """Context manager that releases a held lock and takes it back (no-op for None)."""
+    """Context manager that releases a held lock and takes it back (no-op for None).
+
+    The caller's own ``with lock:`` releases the lock on the way out, so the lock
+    must be held again whatever happens: an interrupt while waiting for it is
+    raised only once it is held.  Otherwise the caller would release another
+    thread's hold, and two threads would be inside the store's critical sections.
+    """
 
     __slots__ = ("_lock",)
 
@@ -1197,18 +1228,38 @@ class _Unlocked:
             self._lock.release()
 
     def __exit__(self, *exc: object) -> None:
-        if self._lock is not None:
-            self._lock.acquire()
+        if self._lock is None:
+            return
+        interrupt: BaseException | None = None
+        taken: list[bool] = []
+        while not taken:
+            try:
+                _acquire(self._lock, taken)
+            except BaseException as e:
+                interrupt = e
+        if interrupt is not None:
+            raise interrupt
 
 
 class _Relocked(_Unlocked):
-    """Context manager that takes a lock for a moment inside an `_Unlocked` block."""
+    """Context manager that takes a lock for a moment inside an `_Unlocked` block.
+
+    If an interrupt leaves `__enter__`, the lock is not held, since `__exit__`
+    will not run to release it (and the enclosing `_Unlocked` takes it back).
+    """
 
     __slots__ = ()
 
     def __enter__(self) -> None:
-        if self._lock is not None:
-            self._lock.acquire()
+        if self._lock is None:
+            return
+        taken: list[bool] = []
+        try:
+            _acquire(self._lock, taken)
+        except BaseException:
+            if taken:  # interrupted just after the acquire
+                self._lock.release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:

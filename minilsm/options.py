@@ -39,7 +39,8 @@ class Options:
     sync: bool = False
     """fsync the log before acknowledging every write (per-call `sync=` overrides)."""
     background: bool = True
-    """Run flushes and compactions in a background thread (False: inline, deterministic)."""
+    """Run flushes and compactions in a background thread (False: inline, deterministic: in the writing thread, after
+    the write that fills a memtable, or at the first write after an open that left work due)."""
 
     # -- opening --
     create_if_missing: bool = True

@@ -156,14 +156,15 @@ def test_a_tiered_store_keeps_its_shape_under_compaction_style_tiered(
     assert exited.value.code == EXIT_USAGE and "invalid choice" in capsys.readouterr().err
 
 
-def test_only_compact_reshapes_a_tiered_store_opened_leveled(
+def test_read_commands_leave_a_tiered_store_opened_leveled_as_it_was_and_writes_reshape_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """README: without `--compaction-style tiered` only `compact` moves a size-tiered store's runs into levels.
+    """README: without `--compaction-style tiered` the read commands compact nothing, while `compact`, and
+    `put` and `delete` when the open left a compaction due, move a size-tiered store's runs into levels.
 
-    The other commands open the store inline and compact nothing: opening replays the log into one more
-    level-0 table, and one write never fills the memtable, so no background work runs.  (README said `put`
-    and `delete` moved the runs too, although level 0 here holds more than the leveled trigger.)
+    Commands open the store inline: a read command's open replays the log into one more level-0 table and
+    stops there.  A write then runs the work the open left due, as an application's first write does (else an
+    inline store reopened for a few writes at a time grew level 0 by a table per open).
     """
     path = str(tmp_path / "tiered")
     with minilsm.DB(path, **small_options(compaction_style="tiered", tiered_min_threshold=100)) as db:
@@ -173,8 +174,6 @@ def test_only_compact_reshapes_a_tiered_store_opened_leveled(
         runs = len(db.version.levels[0])
     assert runs >= minilsm.Options().level0_compaction_trigger
     for argv in (
-        ("put", path, "new", "value"),
-        ("delete", path, key(8).decode()),
         ("get", path, key(9).decode()),
         ("scan", path, "--limit", "1"),
         ("stats", path),
@@ -183,7 +182,11 @@ def test_only_compact_reshapes_a_tiered_store_opened_leveled(
     ):
         assert run(capsys, *argv)[0] == EXIT_OK
     with minilsm.DB(path, **small_options(compaction_style="tiered", tiered_min_threshold=100)) as db:
-        assert not any(db.version.levels[1:]) and len(db.version.levels[0]) > runs
+        assert not any(db.version.levels[1:]) and len(db.version.levels[0]) == runs
+    assert run(capsys, "put", path, "new", "value")[0] == EXIT_OK
+    with minilsm.DB(path, **small_options()) as db:
+        assert len(db.version.levels[0]) < runs and any(db.version.levels[1:])
+        assert db.get(b"new") == b"value" and all(db.get(key(i)) == b"v" * 40 for i in range(300))
     assert run(capsys, "compact", path)[0] == EXIT_OK
     with minilsm.DB(path, **small_options()) as db:
         assert not db.version.levels[0] and any(db.version.levels[1:])

@@ -434,3 +434,27 @@ def test_tiered_runs_stay_few_when_small_runs_come_between_them(db_path: str, ma
         db.close()
     # A few tiers of fewer than tiered_min_threshold runs each, plus those waiting to merge.
     assert most <= 16, f"{most} runs at once"
+
+
+def test_an_inline_store_reopened_for_a_few_writes_at_a_time_keeps_level_0_bounded(db_path: str) -> None:
+    """Was: an inline (`background=False`) store compacted only after a memtable filled, and every reopen writes
+    the log it recovers as a level-0 table, so an application that opened the store for a few writes at a time
+    left one more level-0 table per run (60 runs: 60 tables, each probed by every read).  Now the first write
+    after an open runs the work the open left due, as the background thread would at once; a store opened only
+    to read is left as it was."""
+    opts = dict(background=False, level0_compaction_trigger=4)
+    runs = 32  # every open adds the table of the last run's log; the next open's would be the fourth
+    for run in range(runs):
+        with minilsm.DB(db_path, **opts) as db:
+            for i in range(5):
+                db.put(b"k%02d-%d" % (run, i), b"v%d" % run)
+            assert len(db._version.levels[0]) <= 4
+    with minilsm.DB(db_path, **opts) as db:  # opened to read: the recovered log is one more table, nothing else
+        shape = [len(level) for level in db._version.levels]
+        assert shape[0] == 4  # a compaction is due
+        assert all(db.get(b"k%02d-%d" % (run, i)) == b"v%d" % run for run in range(runs) for i in range(5))
+    with minilsm.DB(db_path, **opts) as db:
+        assert [len(level) for level in db._version.levels] == shape
+        db.put(b"late", b"v")
+        assert len(db._version.levels[0]) == 0
+        check_invariants(db)

@@ -742,6 +742,47 @@ def test_a_close_interrupted_while_it_waits_can_be_called_again_and_finishes(db_
         assert db.get(b"k") == b"1"
 
 
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_kill"), reason="needs signal.pthread_kill")
+def test_an_interrupt_while_compact_range_waits_for_the_mutex_does_not_release_another_threads_hold(
+    db_path: str,
+) -> None:
+    """Was: compact_range merges with the mutex released and takes it back at the end.  A KeyboardInterrupt
+    (Ctrl-C) while it waited for another thread's hold left without the mutex, and its `with` block then
+    released the other thread's hold on the way out: two threads inside the store's critical sections.  Now
+    the interrupt waits until the mutex is taken back, then propagates."""
+    import signal
+
+    fs = GateFS(2)  # one flush, then compact_range's output table is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    for n in range(20):
+        db.put(b"k%02d" % n, b"v")
+    db.flush()
+    main = threading.get_ident()
+    released = threading.Event()
+
+    def hold_the_mutex_then_interrupt() -> None:
+        assert fs.reached.wait(10), "compact_range never reached its output table"
+        db._mutex.acquire()
+        fs.gate.set()
+        time.sleep(0.2)  # compact_range writes its small table, then waits for the mutex
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.2)
+        released.set()
+        db._mutex.release()  # RuntimeError if compact_range released it already
+
+    holder, outcome = in_thread(hold_the_mutex_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        db.compact_range()
+    assert released.is_set(), "the interrupt left compact_range while another thread held the mutex"
+    holder.join(10)
+    assert outcome == [None]
+    with pytest.raises(minilsm.ReadOnlyError, match="interrupted"):
+        db.put(b"k", b"late")
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert [db.get(b"k%02d" % n) for n in range(20)] == [b"v"] * 20
+
+
 def test_an_exception_anywhere_in_the_background_thread_stops_writers_with_read_only_error(
     db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

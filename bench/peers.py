@@ -423,6 +423,15 @@ def peers(num: int) -> list[Peer]:
             on_request=True,
         ),
         Peer(
+            "minilsm-noseek",
+            "",
+            lambda path: MiniLSMStore(path, seek_compaction=False),
+            "as minilsm",
+            "as minilsm, but no seek compaction (seek_compaction=False, as RocksDB): the shape comes from the "
+            "writes alone; run only when named in --stores",
+            on_request=True,
+        ),
+        Peer(
             "minilsm-large",
             "",
             lambda path: MiniLSMStore(

@@ -72,7 +72,12 @@ def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_tiered_variant_runs_only_when_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from bench.peers import peers
 
-    assert [p.name for p in peers(100) if p.on_request] == ["minilsm-tiered", "minilsm-nocache", "minilsm-large"]
+    assert [p.name for p in peers(100) if p.on_request] == [
+        "minilsm-tiered",
+        "minilsm-nocache",
+        "minilsm-noseek",
+        "minilsm-large",
+    ]
     out = tmp_path / "report.json"
     argv = ["--num", "400", "--stores", "minilsm,minilsm-tiered", "--workloads", "fillrandom,readmissing"]
     assert run.main([*argv, "--json", str(out)]) == 0

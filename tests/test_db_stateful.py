@@ -36,8 +36,10 @@ class StoreMachine(RuleBasedStateMachine):
         return minilsm.DB(self.dir, **small_options(compaction_style=self.style, background=self.background))
 
     def teardown(self) -> None:
-        self.db.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            self.db.close()
+        finally:  # a failing example's store must not stay behind in /dev/shm either
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- writes --
     @rule(key=keys, value=values)

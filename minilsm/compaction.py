@@ -41,7 +41,7 @@ from minilsm.options import Options
 from minilsm.sstable.builder import TableBuilder, TableMeta
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
-from minilsm.version import Version
+from minilsm.version import KeyRanges, Version
 
 
 @dataclass
@@ -394,8 +394,8 @@ def write_tables(
     return outputs
 
 
-def compaction_entries(c: Compaction, version: Version, snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:
-    """The merged, cleaned stream a compaction writes."""
+def compaction_entries(c: Compaction, below: KeyRanges, snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:
+    """The merged, cleaned stream a compaction writes; `below` is the key ranges of the store's levels."""
     # Level-0 tables (and tiered runs) overlap, so each is its own source; a deeper level is one run.
     # Sources go newest first (level 0 is listed so), the order `merge` needs.
     sources = [t.iter() for t in c.inputs] if c.level == 0 else [concat(t.iter() for t in c.inputs)]
@@ -408,6 +408,6 @@ def compaction_entries(c: Compaction, version: Version, snapshots: Sequence[int]
     else:
 
         def can_drop(key: bytes) -> bool:
-            return c.output_level > 0 and not version.key_may_exist_below(c.output_level, key)
+            return c.output_level > 0 and not below.key_may_exist_below(c.output_level, key)
 
     return drop_dead(merge(sources), snapshots, can_drop, stats)

@@ -48,7 +48,7 @@ from operator import attrgetter, itemgetter
 from types import TracebackType
 from typing import Any, Final
 
-from minilsm import compaction, report
+from minilsm import compaction, report, worker
 from minilsm.batch import WriteBatch, decode_batch, encode_batch, replayed_after
 from minilsm.bloom import key_hash
 from minilsm.cache import LRUCache, TableFileCache
@@ -62,13 +62,14 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
+from minilsm.fs import FileSystem
 from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
 from minilsm.options import Options
 from minilsm.report import ReadTrace
-from minilsm.sstable.builder import TableBuilder
+from minilsm.sstable.builder import TableBuilder, TableMeta
 from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_file_name, table_path
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
@@ -317,6 +318,10 @@ class DB:
                 self._write_level0_table(mem)
             self._write_manifest()
             self._delete_obsolete_files()
+        # A compaction worker's scratch directory outlives only a crash of the store's process.
+        for name in fs.listdir(path):
+            if worker.is_scratch_name(name):
+                _remove_scratch(fs, f"{path}/{name}")
 
     def close(self) -> None:
         """Finish background work in progress, close the log and the table files, and release the directory.
@@ -946,20 +951,24 @@ class DB:
             )
         else:
             snapshots = sorted(self._snapshots.values())
+            target = opts.target_file_size if c.split_output else None
             numbers: list[int] = []
 
-            def new_builder() -> TableBuilder:
+            def new_number() -> int:
                 with self._number_lock():
                     n = self._new_file_number()
                     self._pending_outputs.add(n)
                 numbers.append(n)
-                return self._new_builder(n)
+                return n
 
             try:
                 with self._unlocked():
-                    entries = compaction.compaction_entries(c, version, snapshots, self._stats)
-                    target = opts.target_file_size if c.split_output else None
-                    metas = compaction.write_tables(entries, new_builder, target)
+                    metas = None
+                    if opts.compaction_worker and opts.background and type(self._fs) is FileSystem:
+                        metas = self._compact_in_worker(c, version, snapshots, target, new_number)
+                    if metas is None:
+                        entries = compaction.compaction_entries(c, version.ranges, snapshots, self._stats)
+                        metas = compaction.write_tables(entries, lambda: self._new_builder(new_number()), target)
                     readers = [self._open_table(m.number) for m in metas]
             finally:
                 self._pending_outputs.difference_update(numbers)
@@ -971,6 +980,55 @@ class DB:
             self._compact_pointers[c.level] = c.inputs[-1].largest
         self._stats.compactions += 1
         self._write_manifest()
+
+    def _compact_in_worker(
+        self,
+        c: compaction.Compaction,
+        version: Version,
+        snapshots: list[int],
+        target: int | None,
+        new_number: Callable[[], int],
+    ) -> list[TableMeta] | None:
+        """Run compaction `c` in the worker process (see `minilsm.worker`) and move its outputs into the store.
+
+        Called with the mutex released.  Returns the outputs, renumbered as the
+        store's own tables, or None if the worker is unavailable (the caller then
+        runs `c` itself).  A failure of the job itself raises, as in-process.
+        """
+        fs = self._fs
+        scratch = f"{self.path}/{worker.scratch_name()}"
+        fs.makedirs(scratch)
+        job = worker.CompactionJob(
+            dirname=self.path,
+            scratch=scratch,
+            level=c.level,
+            output_level=c.output_level,
+            inputs=[t.number for t in c.inputs],
+            overlaps=[t.number for t in c.overlaps],
+            snapshots=snapshots,
+            below=version.ranges,
+            drops_all_tombstones=c.drops_all_tombstones,
+            target_file_size=target,
+            block_size=self.options.block_size,
+            bits_per_key=self.options.bits_per_key,
+        )
+        try:
+            try:
+                result = worker.shared_worker().run(job)
+            except worker.WorkerUnavailableError as e:
+                _log.warning("%s: %s; compacting in-process instead", self.path, e)
+                return None
+            # Only the holder of the store's lock gives a table its name (see minilsm.worker).
+            metas = []
+            for m in result.metas:
+                n = new_number()
+                fs.rename(f"{scratch}/{table_file_name(m.number)}", table_path(self.path, n))
+                metas.append(dataclasses.replace(m, number=n))
+            fs.sync_dir(self.path)
+        finally:
+            _remove_scratch(fs, scratch)
+        self._stats.add(result.stats)
+        return metas
 
     def _unlocked(self) -> _Unlocked:
         """Release the mutex around slow I/O in background mode; keep it inline (deterministic)."""
@@ -1182,6 +1240,14 @@ def _background_loop(ref: weakref.ref[DB], cond: threading.Condition) -> None:
             failure,
             exc_info=failure,
         )
+
+
+def _remove_scratch(fs: FileSystem, scratch: str) -> None:
+    """Remove a compaction worker's scratch directory and what is left in it (never worth failing for)."""
+    with contextlib.suppress(OSError):
+        for name in fs.listdir(scratch):
+            fs.remove(f"{scratch}/{name}")
+        fs.remove_dir(scratch)
 
 
 def _outcome(kind: int) -> str:

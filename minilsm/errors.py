@@ -25,6 +25,10 @@ class CorruptionError(Error):
         self.path = path
         super().__init__(f"{path}: {detail}" if path else detail)
 
+    def __reduce__(self) -> tuple[type[CorruptionError], tuple[str, str | None]]:
+        # Pickled whole (path and detail), as the compaction worker sends a job's failure back to the store.
+        return (CorruptionError, (self.detail, self.path))
+
     def with_path(self, path: str) -> CorruptionError:
         """The same error, now naming the file it came from (keeps an existing name)."""
         if self.path is not None:

@@ -69,6 +69,10 @@ class FileSystem:
     def remove(self, path: str) -> None:
         os.remove(path)
 
+    def remove_dir(self, path: str) -> None:
+        """Remove an empty directory (a compaction worker's scratch directory)."""
+        os.rmdir(path)
+
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 

@@ -68,6 +68,11 @@ class Stats:
         for f in fields(self):
             setattr(self, f.name, 0)
 
+    def add(self, other: Stats) -> None:
+        """Add `other`'s counts to these (what a compaction worker process counted, to the store's)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
     def copy(self) -> Stats:
         return Stats(*(getattr(self, f.name) for f in fields(self)))
 

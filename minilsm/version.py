@@ -24,10 +24,46 @@ from minilsm.sstable.reader import TableReader
 Trace = list[dict[str, object]]
 
 
+class KeyRanges:
+    """Per level, its tables' smallest and largest keys (levels 1+ sorted by them): plain lists, so picklable.
+
+    Enough to say whether a key may exist below a level, which is all a compaction
+    needs to know of the rest of the tree; `minilsm.worker` ships it to the
+    compaction worker process instead of the tables themselves.
+    """
+
+    __slots__ = ("largest", "smallest")
+
+    def __init__(self, smallest: tuple[list[bytes], ...], largest: tuple[list[bytes], ...]) -> None:
+        self.smallest = smallest
+        self.largest = largest
+
+    def key_may_exist_below(self, level: int, key: bytes) -> bool:
+        """Whether a level deeper than `level` holds a table whose range covers `key`.
+
+        Compaction may drop a tombstone only when this is False: otherwise an older
+        value below would come back to life.  O(levels x log tables).
+        """
+        for n in range(level + 1, len(self.smallest)):
+            i = bisect_right(self.smallest[n], key)
+            if i and self.largest[n][i - 1] >= key:
+                return True
+        return False
+
+
 class Version:
     """Live tables by level.  Build with `Version(levels)` or `version.apply(...)`; never mutated."""
 
-    __slots__ = ("__weakref__", "_largest", "_smallest", "_sorted_levels", "installed_at", "levels", "superseded")
+    __slots__ = (
+        "__weakref__",
+        "_largest",
+        "_smallest",
+        "_sorted_levels",
+        "installed_at",
+        "levels",
+        "ranges",
+        "superseded",
+    )
 
     def __init__(self, levels: Iterable[Iterable[TableReader]], max_levels: int) -> None:
         lv = [list(level) for level in levels]
@@ -50,6 +86,8 @@ class Version:
         # a Version never changes, and compaction asks about every tombstone it sees).
         self._smallest = tuple([t.smallest for t in level] for level in self.levels)
         self._largest = tuple([t.largest for t in level] for level in self.levels)
+        self.ranges = KeyRanges(self._smallest, self._largest)
+        """The key ranges alone, which compaction asks about tombstones (in a worker process too)."""
         self._sorted_levels: tuple[tuple[list[bytes], tuple[TableReader, ...]], ...] = tuple(
             (self._largest[n], level) for n, level in enumerate(self.levels) if n > 0 and level
         )
@@ -124,17 +162,8 @@ class Version:
         return 0
 
     def key_may_exist_below(self, level: int, key: bytes) -> bool:
-        """Whether a level deeper than `level` holds a table whose range covers `key`.
-
-        Compaction may drop a tombstone only when this is False: otherwise an older
-        value below would come back to life.
-        """
-        for n in range(level + 1, len(self.levels)):
-            tables = self.levels[n]
-            i = bisect_right(self._smallest[n], key)
-            if i and tables[i - 1].largest >= key:
-                return True
-        return False
+        """Whether a level deeper than `level` holds a table whose range covers `key` (see `KeyRanges`)."""
+        return self.ranges.key_may_exist_below(level, key)
 
     def apply(self, removed: Iterable[int], added: Iterable[tuple[int, TableReader]], max_levels: int) -> Version:
         """A new Version without the tables numbered in `removed` and with `added` (level, table) pairs."""

@@ -1,0 +1,298 @@
+"""The compaction worker: a helper process that merges tables, so that compaction uses a core of its own.
+
+LevelDB compacts in a background thread, which in C runs on a second core
+while the application reads and writes.  A Python thread cannot: it shares the
+interpreter lock, so every byte a compaction merges is time taken from the
+writer and the readers (at 1M keys, leveled compaction rewrites each byte about
+five times, and a load spent most of its time merging).  So the store hands a
+compaction to another process, as plain data:
+
+* the store (the only one holding the directory's LOCK) describes the job: the
+  input tables by number, the live snapshots, the key ranges of the levels
+  below (`version.KeyRanges`, to know which tombstones may go) and the sizes;
+* the worker opens the inputs read-only, runs the very same merge as an
+  in-process compaction (`compaction.compaction_entries`, `write_tables`), and
+  writes the output tables into a scratch directory of the job's own inside the
+  store (``compaction-<token>.tmp``);
+* the store takes the outputs' numbers, renames them into place, and installs
+  them as it would its own.
+
+Only the lock holder names a table file, so a worker left running by a store
+process that died (it ends when its input pipe closes, after the job in hand)
+can write only into its own scratch directory, which the next open deletes.
+
+One worker serves every store of the process, one job at a time (a second core
+is what it is for), started at the first job and ended at exit.  Jobs and
+results travel as pickles over the worker's stdin and stdout.  If the worker
+cannot be started or dies, `WorkerUnavailableError` tells the store to run the job
+itself; an error *of the job* (a corrupt input table, a full disk) comes back
+as the exception the job raised, as if it had run in-process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import pickle
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import IO, Final
+
+from minilsm.compaction import Compaction, compaction_entries, write_tables
+from minilsm.fs import FileSystem
+from minilsm.sstable.builder import TableBuilder, TableMeta
+from minilsm.sstable.reader import TableReader
+from minilsm.stats import Stats
+from minilsm.version import KeyRanges
+
+_BOOT: Final = (
+    "import json, os, sys; sys.path[:] = json.loads(os.environ['MINILSM_WORKER_SYS_PATH']); "
+    "from minilsm.worker import main; main()"
+)
+MAX_FAILURES: Final = 3
+"""A worker that fails this many jobs in a row (dies, or cannot start) is not tried again in this process."""
+SCRATCH_PREFIX: Final = "compaction-"
+SCRATCH_SUFFIX: Final = ".tmp"
+
+
+def scratch_name() -> str:
+    """A fresh name for a job's scratch directory: unique, so no two jobs (nor a dead process's) share one."""
+    return f"{SCRATCH_PREFIX}{secrets.token_hex(8)}{SCRATCH_SUFFIX}"
+
+
+def is_scratch_name(name: str) -> bool:
+    return name.startswith(SCRATCH_PREFIX) and name.endswith(SCRATCH_SUFFIX)
+
+
+@dataclass(frozen=True)
+class CompactionJob:
+    """A compaction, described in plain data: what a worker needs to run it without the store."""
+
+    dirname: str
+    """The store's directory, where the inputs are."""
+    scratch: str
+    """The directory (made by the store) that receives the outputs, numbered 1, 2, ... in it."""
+    level: int
+    output_level: int
+    inputs: list[int]
+    """Table numbers of level `level`, in the `Compaction`'s order (level 0: newest first)."""
+    overlaps: list[int]
+    """Table numbers of `output_level` that the inputs overlap, in key order."""
+    snapshots: list[int]
+    below: KeyRanges
+    drops_all_tombstones: bool
+    target_file_size: int | None
+    block_size: int
+    bits_per_key: float
+
+
+@dataclass(frozen=True)
+class JobResult:
+    metas: list[TableMeta]
+    """The outputs, in key order; `number` is the file's number inside the scratch directory."""
+    stats: Stats
+    """What the job counted (blocks read, versions dropped), for the store to add to its own."""
+
+
+def run_job(job: CompactionJob, fs: FileSystem) -> JobResult:
+    """Run `job` here: the same merge an in-process compaction runs, into the scratch directory."""
+    stats = Stats()
+    opened: list[TableReader] = []
+    try:
+        for n in job.inputs + job.overlaps:
+            opened.append(TableReader.open(fs, job.dirname, n, stats))
+        k = len(job.inputs)
+        c = Compaction(
+            job.level, job.output_level, opened[:k], opened[k:], "worker", drops_all_tombstones=job.drops_all_tombstones
+        )
+        entries = compaction_entries(c, job.below, job.snapshots, stats)
+        count = 0
+
+        def new_builder() -> TableBuilder:
+            nonlocal count
+            count += 1
+            return TableBuilder(fs, job.scratch, count, block_size=job.block_size, bits_per_key=job.bits_per_key)
+
+        metas = write_tables(entries, new_builder, job.target_file_size)
+    finally:
+        for t in opened:
+            t.close()
+    return JobResult(metas, stats)
+
+
+class WorkerUnavailableError(Exception):
+    """The worker process could not be started, or died, or broke the protocol: run the job in-process."""
+
+
+class Worker:
+    """The client side: starts ``python -m minilsm.worker`` when first needed and runs jobs in it, one at a time.
+
+    Thread-safe (a lock serializes jobs).  `run` blocks in a pipe read while the
+    job runs, which releases the interpreter lock for the rest of the process.
+    """
+
+    def __init__(self, command: list[str] | None = None) -> None:
+        self._command = command
+        """What to run instead of this module's `main` (tests start a worker that misbehaves)."""
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._failures = 0
+        """Failures in a row; at `MAX_FAILURES` the stores stop asking (each failed try costs a process start)."""
+
+    def run(self, job: CompactionJob) -> JobResult:
+        """The job's result; raises the job's own exception, or `WorkerUnavailableError`."""
+        with self._lock:
+            if self._failures >= MAX_FAILURES:
+                raise WorkerUnavailableError(f"the compaction worker failed {MAX_FAILURES} times in a row")
+            try:
+                proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+                stdin, stdout = proc.stdin, proc.stdout
+                assert stdin is not None and stdout is not None
+                stdin.write(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+                stdin.flush()
+                ok, payload = pickle.load(stdout)
+            except BaseException as e:
+                # Dead, or out of step with us (an interrupt mid-reply): never reuse it, nor wait for it.
+                self._end(kill=True)
+                if isinstance(e, Exception):
+                    self._failures += 1
+                    raise WorkerUnavailableError(f"the compaction worker failed: {e!r}") from e
+                raise
+            self._failures = 0
+        if ok:
+            assert isinstance(payload, JobResult)
+            return payload
+        assert isinstance(payload, BaseException)
+        raise payload
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self._end(kill=True)
+        exe = sys.executable
+        if not exe:
+            raise OSError("no Python executable to start a compaction worker with (sys.executable)")
+        # The worker must import this very package, wherever this process found it (a checkout, say): it gets
+        # our import path.  Not `-m minilsm.worker`: the classes that travel must be this module's, not __main__'s.
+        env = dict(os.environ, MINILSM_WORKER_SYS_PATH=json.dumps(sys.path))
+        command = self._command or [exe, "-c", _BOOT]
+        self._proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        return self._proc
+
+    def _end(self, kill: bool) -> None:
+        """Close the pipes; the worker then exits after the job in hand, or at once when killed."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if kill:
+            proc.kill()
+        for f in (proc.stdin, proc.stdout):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        try:
+            proc.wait(timeout=None if kill else 10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        """End the worker once the job in hand (another thread's) is done."""
+        with self._lock:
+            self._end(kill=False)
+
+    def detach(self) -> None:
+        """At exit: close the pipe, and wait a moment for an idle worker to end.
+
+        Without the lock: a daemon thread of a store left open may be waiting
+        on a job in hand, which the worker then finishes before it ends.
+        """
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)
+            proc.stdout.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id while one runs (for tests and `minilsm stats`)."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+
+_shared: Worker | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_worker() -> Worker:
+    """The process's one worker (a process forked after it started gets its own)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Worker()
+        return _shared
+
+
+def _forget_after_fork() -> None:
+    # A forked child shares the parent's pipes to the worker: using them would interleave two clients' jobs.
+    global _shared, _shared_lock
+    _shared = None
+    _shared_lock = threading.Lock()
+
+
+def _detach_at_exit() -> None:
+    if _shared is not None:
+        _shared.detach()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(_detach_at_exit)
+
+
+# -- the worker process itself ------------------------------------------------------------
+
+
+def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
+    """Run jobs from `jobs` until it ends, each result (or the job's exception) pickled to `results`."""
+    fs = FileSystem()
+    while True:
+        try:
+            job = pickle.load(jobs)
+        except EOFError:
+            return
+        try:
+            reply: tuple[bool, object] = (True, run_job(job, fs))
+        except Exception as e:
+            reply = (False, e)
+        try:
+            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # an exception that does not pickle: send its text
+            data = pickle.dumps((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+        results.write(data)
+        results.flush()
+
+
+def main() -> None:
+    # A Ctrl-C at the terminal reaches the whole process group; the store decides what an interrupt means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The results travel on the real stdout; anything printed goes to stderr instead of into the pipe.
+    results = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The compaction worker process: the same results as compacting in the thread, and no harm when it fails."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+from collections.abc import Iterator
+
+import pytest
+from storeutil import check_invariants, small_options
+
+from minilsm import DB, CorruptionError, worker
+from minilsm.check import check_store
+from minilsm.fs import FileSystem
+from minilsm.keys import KIND_DELETE
+
+FALLBACK = "compacting in-process instead"
+
+
+@pytest.fixture
+def fresh_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[worker.Worker]:
+    """A worker of this test's own (not the one the process shares), ended afterwards."""
+    w = worker.Worker()
+    monkeypatch.setattr(worker, "_shared", w)
+    yield w
+    w.close()
+
+
+def load(db: DB, seed: int, n: int = 1500, model: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
+    """Random puts, overwrites and deletes; `model` (a new dict by default) updated to what the store must hold."""
+    rnd = random.Random(seed)
+    model = {} if model is None else model
+    for _ in range(n):
+        key = b"k%04d" % rnd.randrange(400)
+        if rnd.random() < 0.2:
+            db.delete(key)
+            model.pop(key, None)
+        else:
+            value = rnd.randbytes(rnd.randrange(1, 40))
+            db.put(key, value)
+            model[key] = value
+    return model
+
+
+def every_version(db: DB) -> list[tuple[int, list[tuple[bytes, int, bytes]]]]:
+    """(level, versions) of every table, in level and key order: the store's whole content, sequence numbers too."""
+    return [(level, list(t.iter_entries())) for level, t in db.version.tables()]
+
+
+def scratch_dirs(path: str) -> list[str]:
+    return [n for n in os.listdir(path) if worker.is_scratch_name(n)]
+
+
+def test_compactions_run_in_the_worker_and_the_store_reads_back_exactly(
+    db_path: str, fresh_worker: worker.Worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="minilsm"):
+        with DB(db_path, **small_options(background=True)) as db:
+            model = load(db, seed=1)
+            db.wait_for_compactions()
+            assert db.stats().compactions > 0
+            assert fresh_worker.pid is not None, "no job reached the worker"
+            check_invariants(db, sweep_first=True)
+            assert dict(db.iterator()) == model
+            assert all(db.get(k) == v for k, v in model.items())
+        with DB(db_path, **small_options(background=True)) as db:
+            assert dict(db.iterator()) == model
+    assert FALLBACK not in caplog.text
+    assert scratch_dirs(db_path) == []
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_the_worker_keeps_and_drops_exactly_what_the_thread_does(
+    tmp_path: os.PathLike[str], fresh_worker: worker.Worker, snapshot: bool
+) -> None:
+    """After a full compact_range, a store's tables hold the same versions whoever merged them."""
+    dumps = []
+    for use_worker in (False, True):
+        with DB(
+            os.path.join(tmp_path, f"w{use_worker}"), **small_options(background=True, compaction_worker=use_worker)
+        ) as db:
+            load(db, seed=2, n=600)
+            snap = db.snapshot() if snapshot else None
+            load(db, seed=3, n=600)
+            db.compact_range()
+            dumps.append([versions for _, versions in every_version(db)])
+            if snap is not None:
+                snap.close()
+    assert fresh_worker.pid is not None
+    thread, process = dumps
+    assert process == thread
+    kept = [v for versions in process for v in versions]
+    assert any(v[1] & 0xFF == KIND_DELETE for v in kept) == snapshot  # a snapshot keeps tombstones it sees
+
+
+def test_a_job_writes_only_into_its_scratch_directory(db_path: str) -> None:
+    """What keeps a worker that outlived its store's process from overwriting a table of the store reopened."""
+    with DB(db_path, **small_options(background=False)) as db:
+        load(db, seed=4, n=400)
+        db.flush()
+        version = db.version
+        level, tables = next((n, list(ts)) for n, ts in enumerate(version.levels) if ts)
+    before = sorted(os.listdir(db_path))
+    scratch = os.path.join(db_path, worker.scratch_name())
+    os.mkdir(scratch)
+    job = worker.CompactionJob(
+        dirname=db_path,
+        scratch=scratch,
+        level=level,
+        output_level=level + 1,
+        inputs=[t.number for t in tables],
+        overlaps=[],
+        snapshots=[],
+        below=version.ranges,
+        drops_all_tombstones=False,
+        target_file_size=1024,
+        block_size=256,
+        bits_per_key=10.0,
+    )
+    result = worker.run_job(job, FileSystem())
+    assert sorted(os.listdir(db_path)) == sorted([*before, os.path.basename(scratch)])
+    assert sorted(os.listdir(scratch)) == [f"{m.number:06d}.sst" for m in result.metas]
+    assert [m.number for m in result.metas] == list(range(1, len(result.metas) + 1))
+    assert result.stats.block_reads >= sum(t.meta.num_entries > 0 for t in tables)
+
+
+def test_a_worker_that_dies_leaves_the_compaction_to_the_thread(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reads part of the job and exits: the store sees the pipe end mid-job.
+    broken = worker.Worker([sys.executable, "-c", "import sys; sys.stdin.buffer.read(8); sys.exit(3)"])
+    monkeypatch.setattr(worker, "_shared", broken)
+    with caplog.at_level(logging.WARNING, logger="minilsm"):
+        with DB(db_path, **small_options(background=True)) as db:
+            model = load(db, seed=5)
+            db.wait_for_compactions()
+            assert db.stats().compactions > worker.MAX_FAILURES
+            assert dict(db.iterator()) == model
+            check_invariants(db, sweep_first=True)
+        with DB(db_path, **small_options(background=True)) as db:
+            assert dict(db.iterator()) == model
+    assert FALLBACK in caplog.text
+    # After MAX_FAILURES in a row the process stops starting workers.
+    assert f"failed {worker.MAX_FAILURES} times in a row" in caplog.text
+    assert broken.pid is None
+    assert scratch_dirs(db_path) == []
+
+
+def test_a_killed_worker_is_replaced_at_the_next_job(
+    db_path: str, fresh_worker: worker.Worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="minilsm"), DB(db_path, **small_options(background=True)) as db:
+        model = load(db, seed=6, n=800)
+        db.wait_for_compactions()
+        first = fresh_worker.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        load(db, seed=7, n=800, model=model)
+        db.wait_for_compactions()
+        assert fresh_worker.pid not in (None, first)
+        assert dict(db.iterator()) == model
+    # Killed between jobs, it is seen dead before the next one is sent: nothing falls back to the thread.
+    assert FALLBACK not in caplog.text
+    with DB(db_path, **small_options(background=False)) as db:
+        assert dict(db.iterator()) == model
+
+
+def test_a_damaged_input_fails_the_job_with_the_error_the_thread_raises(
+    tmp_path: os.PathLike[str], fresh_worker: worker.Worker
+) -> None:
+    errors = []
+    for use_worker in (False, True):
+        path = os.path.join(tmp_path, f"w{use_worker}")
+        with DB(
+            path, **small_options(background=False, level0_compaction_trigger=50, level0_stop_writes_trigger=60)
+        ) as db:
+            load(db, seed=8, n=300)
+            db.flush()
+            table = db.version.levels[0][0]
+        with open(table.path, "r+b") as f:  # a byte of the first data block
+            f.seek(10)
+            b = f.read(1)
+            f.seek(10)
+            f.write(bytes([b[0] ^ 0xFF]))
+        with DB(
+            path,
+            **small_options(
+                background=True,
+                compaction_worker=use_worker,
+                level0_compaction_trigger=50,
+                level0_stop_writes_trigger=60,
+            ),
+        ) as db:
+            with pytest.raises(CorruptionError) as info:
+                db.compact_range()
+            assert info.value.path == table.path
+            errors.append((type(info.value), os.path.basename(table.path), info.value.detail))
+    assert fresh_worker.pid is not None
+    assert errors[0] == errors[1]
+
+
+def test_a_scratch_directory_left_by_a_crash_goes_at_the_next_open(db_path: str) -> None:
+    with DB(db_path) as db:
+        db.put(b"k", b"v")
+    leftover = os.path.join(db_path, worker.scratch_name())
+    os.mkdir(leftover)
+    with open(os.path.join(leftover, "000001.sst.tmp"), "wb") as f:
+        f.write(b"half a table")
+    assert any(os.path.basename(leftover) in line for line in check_store(db_path).render().splitlines())
+    with DB(db_path) as db:
+        assert db.get(b"k") == b"v"
+    assert scratch_dirs(db_path) == []

@@ -402,7 +402,16 @@ def peers(num: int) -> list[Peer]:
             MiniLSMStore,
             "sync=False: each write's log record is handed to the OS (write(2)) before put returns; no fsync",
             "defaults: 10 bits/key filters, 4 KiB blocks, 8 MiB block cache, 4 MiB memtable, leveled, "
-            "background compaction thread",
+            "background thread, compactions merged in the worker process",
+        ),
+        Peer(
+            "minilsm-thread",
+            "",
+            lambda path: MiniLSMStore(path, compaction_worker=False),
+            "as minilsm",
+            "as minilsm, but compactions merged in the background thread (compaction_worker=False), sharing the "
+            "interpreter lock with reads and writes; run only when named in --stores",
+            on_request=True,
         ),
         Peer(
             "minilsm-tiered",

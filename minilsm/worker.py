@@ -131,7 +131,7 @@ class WorkerUnavailableError(Exception):
 
 
 class Worker:
-    """The client side: starts ``python -m minilsm.worker`` when first needed and runs jobs in it, one at a time.
+    """The client side: starts the worker process (`main`) when first needed and runs jobs in it, one at a time.
 
     Thread-safe (a lock serializes jobs).  `run` blocks in a pipe read while the
     job runs, which releases the interpreter lock for the rest of the process.
@@ -281,8 +281,14 @@ def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
             data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # an exception that does not pickle: send its text
             data = pickle.dumps((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
-        results.write(data)
-        results.flush()
+        try:
+            results.write(data)
+            results.flush()
+        except BrokenPipeError:
+            # The store's process ended while the job ran (a crash): nobody is waiting for the result.
+            with contextlib.suppress(OSError):
+                results.close()
+            return
 
 
 def main() -> None:
@@ -292,7 +298,3 @@ def main() -> None:
     results = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     serve(sys.stdin.buffer, results)
-
-
-if __name__ == "__main__":
-    main()

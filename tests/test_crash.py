@@ -30,6 +30,7 @@ from crash_child import NUM_KEYS, apply, make_op, options
 from storeutil import check_invariants
 
 import minilsm
+from minilsm import worker
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_child.py")
 ROOT = os.path.dirname(os.path.dirname(CHILD))
@@ -101,7 +102,9 @@ def verify(path: str, style: str, model: dict[bytes, bytes], in_flight: tuple[ob
     """Open a copy of the crashed store; True if the in-flight op took effect (which is allowed), else False."""
     copy = path + ".verify"
     shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(path, copy)
+    # A compaction worker may outlive the killed child for the rest of its job, writing into a scratch directory
+    # that is not the store's state (the next open deletes it): copying it could race that worker's renames.
+    shutil.copytree(path, copy, ignore=shutil.ignore_patterns(f"{worker.SCRATCH_PREFIX}*{worker.SCRATCH_SUFFIX}"))
     with minilsm.DB(copy, **{**options(style, False), "sync": False}) as db:
         state = dict(db.iterator())
         for i in range(NUM_KEYS):

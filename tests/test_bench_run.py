@@ -73,6 +73,7 @@ def test_the_tiered_variant_runs_only_when_named(tmp_path: Path, capsys: pytest.
     from bench.peers import peers
 
     assert [p.name for p in peers(100) if p.on_request] == [
+        "minilsm-thread",
         "minilsm-tiered",
         "minilsm-nocache",
         "minilsm-noseek",

@@ -70,10 +70,11 @@ class Options:
     """Leveled: when no level is over its size, compact a table that reads keep probing in vain into the level
     below (LevelDB's seek compaction; RocksDB removed it), if the level below has room for it (level 0 always goes),
     paced to at most a quarter of the time.  Reads then ask fewer filters, for compaction work that reads cause:
-    at 1M keys, missing-key reads ran 1.5x and seeks 1.6x as fast once it had drained levels 0 and 1, and
-    present-key reads 1.35x slower while it ran; loads were unaffected (bench/RESULTS.md, "Seek compaction on and
-    off").  Turn it off for a process that reads only briefly after opening, or for a shape that depends on the
-    writes alone."""
+    at 1M keys, missing-key reads ran 1.5x and seeks 1.6x as fast once it had drained levels 0 and 1; loads were
+    unaffected (bench/RESULTS.md, "Seek compaction on and off").  Present-key reads ran 1.35x slower while it ran
+    in the background thread, and at 0.99 of their rate with `compaction_worker` ("The compaction worker").  Turn
+    it off for a shape that depends on the writes alone, or when compactions run in the thread and the process
+    reads only briefly after opening."""
     tiered_min_threshold: int = 4
     """Size-tiered: tables of similar size merged once this many exist."""
     tiered_bucket_low: float = 0.5

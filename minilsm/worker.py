@@ -227,6 +227,14 @@ class Worker:
             proc.stdout.close()
 
     @property
+    def descriptors(self) -> set[int]:
+        """The file descriptors of the pipes to the worker: the process's, not any store's (for leak checks)."""
+        proc = self._proc
+        if proc is None:
+            return set()
+        return {f.fileno() for f in (proc.stdin, proc.stdout) if f is not None and not f.closed}
+
+    @property
     def pid(self) -> int | None:
         """The worker's process id while one runs (for tests and `minilsm stats`)."""
         proc = self._proc

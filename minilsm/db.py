@@ -967,7 +967,7 @@ class DB:
                 with self._unlocked():
                     metas = None
                     if opts.compaction_worker and opts.background and type(self._fs) is FileSystem:
-                        metas = self._compact_in_worker(c, version, snapshots, target, new_number)
+                        metas = self._compact_in_worker(c, version, snapshots, target, new_number, manual)
                     if metas is None:
                         entries = compaction.compaction_entries(c, version.ranges, snapshots, self._stats)
                         metas = compaction.write_tables(entries, lambda: self._new_builder(new_number()), target)
@@ -990,12 +990,15 @@ class DB:
         snapshots: list[int],
         target: int | None,
         new_number: Callable[[], int],
+        manual: bool,
     ) -> list[TableMeta] | None:
         """Run compaction `c` in the worker process (see `minilsm.worker`) and move its outputs into the store.
 
         Called with the mutex released.  Returns the outputs, renumbered as the
         store's own tables, or None if the worker is unavailable (the caller then
         runs `c` itself).  A failure of the job itself raises, as in-process.
+        Meanwhile the background thread flushes a memtable that fills
+        (`_flush_while_merging`); `compact_range`'s thread leaves that to it.
         """
         fs = self._fs
         scratch = f"{self.path}/{worker.scratch_name()}"
@@ -1016,7 +1019,7 @@ class DB:
         )
         try:
             try:
-                result = worker.shared_worker().run(job)
+                result = worker.shared_worker().run(job, None if manual else self._flush_while_merging)
             except worker.WorkerUnavailableError as e:
                 _log.warning("%s: %s; compacting in-process instead", self.path, e)
                 return None
@@ -1031,6 +1034,22 @@ class DB:
             _remove_scratch(fs, scratch)
         self._stats.add(result.stats)
         return metas
+
+    def _flush_while_merging(self) -> None:
+        """While the worker merges: flush a frozen memtable now, so that writers need not wait for the merge.
+
+        LevelDB does the same in the middle of a long compaction.  Only the
+        background thread flushes, and it is the one waiting here, so a memtable
+        is never flushed twice.  The flushed table is newer than everything the
+        merge reads and stays in level 0; the merge's outputs are installed into
+        the version of that moment.  Called with the mutex released.
+        """
+        if self._imm is None:  # a peek without the lock, as a read takes `_imm`
+            return
+        with _Relocked(self._mutex):
+            if self._imm is not None and not self._closing and self._bg_error is None:
+                self._flush_immutable()
+                self._cond.notify_all()
 
     def _unlocked(self) -> _Unlocked:
         """Release the mutex around slow I/O in background mode; keep it inline (deterministic)."""

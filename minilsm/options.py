@@ -45,7 +45,7 @@ class Options:
     """With `background`: merge compactions in a helper process (`minilsm.worker`, one for all the
     stores of this Python process) instead of the background thread, so that they run on a second core and do not
     share the interpreter lock with reads and writes, as LevelDB's compaction thread runs beside the writer.
-    Flushes stay in the thread.  Used only with the real file system (`fs` a plain `FileSystem`); if the worker
+    Flushes stay in the thread, which does them while the worker merges.  Used only with the real file system (`fs` a plain `FileSystem`); if the worker
     cannot start or dies, the compaction runs in the thread instead.  bench/RESULTS.md ("The compaction worker")
     measures what it buys."""
 

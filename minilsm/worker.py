@@ -37,12 +37,14 @@ import json
 import os
 import pickle
 import secrets
+import select
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Final
+from typing import IO, Final, NoReturn
 
 from minilsm.compaction import Compaction, compaction_entries, write_tables
 from minilsm.fs import FileSystem
@@ -55,6 +57,8 @@ _BOOT: Final = (
     "import json, os, sys; sys.path[:] = json.loads(os.environ['MINILSM_WORKER_SYS_PATH']); "
     "from minilsm.worker import main; main()"
 )
+MEANWHILE_EVERY: Final = 0.02
+"""Seconds between a waiting store's looks for work of its own (`Worker.run`'s `meanwhile`)."""
 MAX_FAILURES: Final = 3
 """A worker that fails this many jobs in a row (dies, or cannot start) is not tried again in this process."""
 SCRATCH_PREFIX: Final = "compaction-"
@@ -145,8 +149,14 @@ class Worker:
         self._failures = 0
         """Failures in a row; at `MAX_FAILURES` the stores stop asking (each failed try costs a process start)."""
 
-    def run(self, job: CompactionJob) -> JobResult:
-        """The job's result; raises the job's own exception, or `WorkerUnavailableError`."""
+    def run(self, job: CompactionJob, meanwhile: Callable[[], None] | None = None) -> JobResult:
+        """The job's result; raises the job's own exception, or `WorkerUnavailableError`.
+
+        While the job runs, `meanwhile()` is called every `MEANWHILE_EVERY`
+        seconds (the store flushes a memtable that filled meanwhile, as LevelDB
+        does in the middle of a long compaction).  If it raises, the job is
+        abandoned (the worker killed) and its exception propagates.
+        """
         with self._lock:
             if self._failures >= MAX_FAILURES:
                 raise WorkerUnavailableError(f"the compaction worker failed {MAX_FAILURES} times in a row")
@@ -156,20 +166,34 @@ class Worker:
                 assert stdin is not None and stdout is not None
                 stdin.write(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
                 stdin.flush()
+            except BaseException as e:
+                self._broken(e)
+            if meanwhile is not None:
+                try:
+                    # The reply is one pickle written at once, so the pipe turns readable only when it comes.
+                    while not select.select([stdout], [], [], MEANWHILE_EVERY)[0]:
+                        meanwhile()
+                except BaseException:
+                    self._end(kill=True)  # not the worker's failure: no count
+                    raise
+            try:
                 ok, payload = pickle.load(stdout)
             except BaseException as e:
-                # Dead, or out of step with us (an interrupt mid-reply): never reuse it, nor wait for it.
-                self._end(kill=True)
-                if isinstance(e, Exception):
-                    self._failures += 1
-                    raise WorkerUnavailableError(f"the compaction worker failed: {e!r}") from e
-                raise
+                self._broken(e)
             self._failures = 0
         if ok:
             assert isinstance(payload, JobResult)
             return payload
         assert isinstance(payload, BaseException)
         raise payload
+
+    def _broken(self, e: BaseException) -> NoReturn:
+        """Dead, or out of step with us (an interrupt mid-reply): never reuse it, nor wait for it."""
+        self._end(kill=True)
+        if isinstance(e, Exception):
+            self._failures += 1
+            raise WorkerUnavailableError(f"the compaction worker failed: {e!r}") from e
+        raise e
 
     def _start(self) -> subprocess.Popen[bytes]:
         self._end(kill=True)

@@ -149,6 +149,45 @@ def test_a_worker_that_dies_leaves_the_compaction_to_the_thread(
     assert scratch_dirs(db_path) == []
 
 
+def slow_worker(seconds: float) -> worker.Worker:
+    """A real worker whose every job first sleeps `seconds`: a merge long enough to write through."""
+    boot = worker._BOOT.replace(
+        "from minilsm.worker import main; main()",
+        "import time, minilsm.worker as w; run = w.run_job; "
+        f"w.run_job = lambda job, fs: (time.sleep({seconds}), run(job, fs))[1]; w.main()",
+    )
+    return worker.Worker([sys.executable, "-c", boot])
+
+
+def test_memtables_flush_while_the_worker_merges(db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As LevelDB flushes in the middle of a long compaction: writers do not wait for the merge."""
+    slow = slow_worker(0.5)
+    monkeypatch.setattr(worker, "_shared", slow)
+    rnd = random.Random(9)
+    model: dict[bytes, bytes] = {}
+
+    def put() -> None:
+        key, value = b"k%04d" % rnd.randrange(2000), rnd.randbytes(40)
+        db.put(key, value)
+        model[key] = value
+
+    try:
+        with DB(db_path, **small_options(background=True)) as db:
+            while not (db._compacting and slow.pid is not None):  # until a merge is in the worker
+                put()
+            flushes = db.stats().flushes
+            while db._compacting and db.stats().flushes < flushes + 2:
+                put()
+            assert db.stats().flushes >= flushes + 2, "no memtable was flushed while the worker merged"
+            db.wait_for_compactions()
+            assert dict(db.iterator()) == model
+            check_invariants(db, sweep_first=True)
+        with DB(db_path, **small_options(background=True)) as db:
+            assert dict(db.iterator()) == model
+    finally:
+        slow.close()
+
+
 def test_a_killed_worker_is_replaced_at_the_next_job(
     db_path: str, fresh_worker: worker.Worker, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -201,8 +201,14 @@ class Worker:
         if not exe:
             raise OSError("no Python executable to start a compaction worker with (sys.executable)")
         # The worker must import this very package, wherever this process found it (a checkout, say): it gets
-        # our import path.  Not `-m minilsm.worker`: the classes that travel must be this module's, not __main__'s.
-        env = dict(os.environ, MINILSM_WORKER_SYS_PATH=json.dumps(sys.path))
+        # our import path, made absolute (`""` is the current directory, which may have changed since the
+        # import), with this package's directory in front if it is not on it.  Not `-m minilsm.worker`: the
+        # classes that travel must be this module's, not __main__'s.
+        path = [os.path.abspath(p) for p in sys.path]
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if root not in path:
+            path.insert(0, root)
+        env = dict(os.environ, MINILSM_WORKER_SYS_PATH=json.dumps(path))
         command = self._command or [exe, "-c", _BOOT]
         self._proc = subprocess.Popen(
             command,

@@ -1021,7 +1021,8 @@ class DB:
             try:
                 result = worker.shared_worker().run(job, None if manual else self._flush_while_merging)
             except worker.WorkerUnavailableError as e:
-                _log.warning("%s: %s; compacting in-process instead", self.path, e)
+                if not e.said:
+                    _log.warning("%s: %s; compacting in-process instead", self.path, e)
                 return None
             # Only the holder of the store's lock gives a table its name (see minilsm.worker).
             metas = []

@@ -60,7 +60,8 @@ _BOOT: Final = (
 MEANWHILE_EVERY: Final = 0.02
 """Seconds between a waiting store's looks for work of its own (`Worker.run`'s `meanwhile`)."""
 MAX_FAILURES: Final = 3
-"""A worker that fails this many jobs in a row (dies, or cannot start) is not tried again in this process."""
+"""A worker that fails this many jobs in a row (dies, or cannot start) is not tried again in this process; nor is
+one whose `sys.executable` is not a Python interpreter (an embedded Python)."""
 SCRATCH_PREFIX: Final = "compaction-"
 SCRATCH_SUFFIX: Final = ".tmp"
 
@@ -131,7 +132,14 @@ def run_job(job: CompactionJob, fs: FileSystem) -> JobResult:
 
 
 class WorkerUnavailableError(Exception):
-    """The worker process could not be started, or died, or broke the protocol: run the job in-process."""
+    """The worker process could not be started, or died, or broke the protocol: run the job in-process.
+
+    `said` is True once the worker has given up and said so: the store then need not say it again per job.
+    """
+
+    def __init__(self, message: str, *, said: bool = False) -> None:
+        super().__init__(message)
+        self.said = said
 
 
 class Worker:
@@ -159,7 +167,7 @@ class Worker:
         """
         with self._lock:
             if self._failures >= MAX_FAILURES:
-                raise WorkerUnavailableError(f"the compaction worker failed {MAX_FAILURES} times in a row")
+                raise WorkerUnavailableError("the compaction worker is given up", said=True)
             try:
                 proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
                 stdin, stdout = proc.stdin, proc.stdout
@@ -192,14 +200,18 @@ class Worker:
         self._end(kill=True)
         if isinstance(e, Exception):
             self._failures += 1
-            raise WorkerUnavailableError(f"the compaction worker failed: {e!r}") from e
+            last = "; it is not tried again in this process" if self._failures >= MAX_FAILURES else ""
+            raise WorkerUnavailableError(f"the compaction worker failed: {e!r}{last}") from e
         raise e
 
     def _start(self) -> subprocess.Popen[bytes]:
         self._end(kill=True)
         exe = sys.executable
-        if not exe:
-            raise OSError("no Python executable to start a compaction worker with (sys.executable)")
+        if not exe or not os.path.basename(exe).lower().startswith(("python", "pypy")):
+            # Embedded (a server or an application that hosts Python): its executable is not an interpreter,
+            # and running it with -c could start the host program again.
+            self._failures = MAX_FAILURES - 1
+            raise OSError(f"sys.executable is {exe!r}, not a Python interpreter to run a compaction worker")
         # The worker must import this very package, wherever this process found it (a checkout, say): it gets
         # our import path, made absolute (`""` is the current directory, which may have changed since the
         # import), with this package's directory in front if it is not on it.  Not `-m minilsm.worker`: the

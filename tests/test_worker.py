@@ -144,8 +144,9 @@ def test_a_worker_that_dies_leaves_the_compaction_to_the_thread(
         with DB(db_path, **small_options(background=True)) as db:
             assert dict(db.iterator()) == model
     assert FALLBACK in caplog.text
-    # After MAX_FAILURES in a row the process stops starting workers.
-    assert f"failed {worker.MAX_FAILURES} times in a row" in caplog.text
+    # After MAX_FAILURES in a row the process stops starting workers, says so once, and then nothing per job.
+    assert caplog.text.count(FALLBACK) == worker.MAX_FAILURES
+    assert caplog.text.count("not tried again in this process") == 1
     assert broken.pid is None
     assert scratch_dirs(db_path) == []
 
@@ -187,6 +188,21 @@ def test_memtables_flush_while_the_worker_merges(db_path: str, monkeypatch: pyte
             assert dict(db.iterator()) == model
     finally:
         slow.close()
+
+
+def test_an_embedded_python_compacts_in_process_without_running_its_host(
+    db_path: str, fresh_worker: worker.Worker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A server hosting Python: its executable run with -c would be the server again, not a worker.
+    monkeypatch.setattr(sys, "executable", "/usr/sbin/some-server")
+    with caplog.at_level(logging.WARNING, logger="minilsm"), DB(db_path, **small_options(background=True)) as db:
+        model = load(db, seed=10)
+        db.wait_for_compactions()
+        assert db.stats().compactions > 1
+        assert dict(db.iterator()) == model
+    assert fresh_worker.pid is None
+    assert caplog.text.count("not a Python interpreter") == 1
+    assert caplog.text.count("not tried again in this process") == 1
 
 
 def test_a_killed_worker_is_replaced_at_the_next_job(

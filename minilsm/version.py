@@ -161,10 +161,6 @@ class Version:
                 return level
         return 0
 
-    def key_may_exist_below(self, level: int, key: bytes) -> bool:
-        """Whether a level deeper than `level` holds a table whose range covers `key` (see `KeyRanges`)."""
-        return self.ranges.key_may_exist_below(level, key)
-
     def apply(self, removed: Iterable[int], added: Iterable[tuple[int, TableReader]], max_levels: int) -> Version:
         """A new Version without the tables numbered in `removed` and with `added` (level, table) pairs."""
         gone = set(removed)

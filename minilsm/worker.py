@@ -177,13 +177,24 @@ class Worker:
             except BaseException as e:
                 self._broken(e)
             if meanwhile is not None:
+                # The reply is one pickle written at once, so the pipe turns readable only when it comes (or when
+                # the worker dies).  poll, not select: select fails for a descriptor numbered 1024 or above.
                 try:
-                    # The reply is one pickle written at once, so the pipe turns readable only when it comes.
-                    while not select.select([stdout], [], [], MEANWHILE_EVERY)[0]:
+                    waiting = select.poll()
+                    waiting.register(stdout, select.POLLIN)
+                except BaseException as e:
+                    self._broken(e)
+                while True:
+                    try:
+                        if waiting.poll(MEANWHILE_EVERY * 1000):
+                            break
+                    except BaseException as e:
+                        self._broken(e)
+                    try:
                         meanwhile()
-                except BaseException:
-                    self._end(kill=True)  # not the worker's failure: no count
-                    raise
+                    except BaseException:
+                        self._end(kill=True)  # not the worker's failure: no count
+                        raise
             try:
                 ok, payload = pickle.load(stdout)
             except BaseException as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import resource
 import signal
 import sys
 import time
@@ -203,6 +204,30 @@ def test_an_embedded_python_compacts_in_process_without_running_its_host(
     assert fresh_worker.pid is None
     assert caplog.text.count("not a Python interpreter") == 1
     assert caplog.text.count("not tried again in this process") == 1
+
+
+def test_the_worker_serves_a_process_with_over_a_thousand_files_open(
+    db_path: str, fresh_worker: worker.Worker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # select() refuses a descriptor numbered 1024 or more: with many tables open, the worker's pipes get one.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1200
+    if soft < want and (hard == resource.RLIM_INFINITY or hard >= want):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    elif soft < want:
+        pytest.skip(f"the descriptor limit is {hard}")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="minilsm"), DB(db_path, **small_options(background=True)) as db:
+            model = load(db, seed=11)
+            db.wait_for_compactions()
+            assert dict(db.iterator()) == model
+            assert max(fresh_worker.descriptors) >= 1024
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert FALLBACK not in caplog.text
 
 
 def test_a_killed_worker_is_replaced_at_the_next_job(

@@ -321,9 +321,7 @@ class DB:
             self._write_manifest()
             self._delete_obsolete_files()
         # A compaction worker's scratch directory outlives only a crash of the store's process.
-        for name in fs.listdir(path):
-            if worker.is_scratch_name(name):
-                _remove_scratch(fs, f"{path}/{name}")
+        worker.remove_leftover_scratch(fs, path)
 
     def close(self) -> None:
         """Finish background work in progress, close the log and the table files, and release the directory.
@@ -1032,7 +1030,7 @@ class DB:
                 metas.append(dataclasses.replace(m, number=n))
             fs.sync_dir(self.path)
         finally:
-            _remove_scratch(fs, scratch)
+            worker.remove_scratch(fs, scratch)
         self._stats.add(result.stats)
         return metas
 
@@ -1262,14 +1260,6 @@ def _background_loop(ref: weakref.ref[DB], cond: threading.Condition) -> None:
             failure,
             exc_info=failure,
         )
-
-
-def _remove_scratch(fs: FileSystem, scratch: str) -> None:
-    """Remove a compaction worker's scratch directory and what is left in it (never worth failing for)."""
-    with contextlib.suppress(OSError):
-        for name in fs.listdir(scratch):
-            fs.remove(f"{scratch}/{name}")
-        fs.remove_dir(scratch)
 
 
 def _outcome(kind: int) -> str:

@@ -57,7 +57,6 @@ class Version:
     __slots__ = (
         "__weakref__",
         "_largest",
-        "_smallest",
         "_sorted_levels",
         "installed_at",
         "levels",
@@ -80,14 +79,16 @@ class Version:
         """The store's last sequence number when it installed this Version.  The flushes and compactions that
         made it dropped only versions shadowed at or below that number, so it answers any read at a sequence
         number at least this; an older read not protected by a snapshot may find a version missing."""
+        # Per level, the tables' smallest and largest keys, to bisect on (built once: a Version never
+        # changes, and compaction asks about every tombstone it sees).
+        self.ranges = KeyRanges(
+            tuple([t.smallest for t in level] for level in self.levels),
+            tuple([t.largest for t in level] for level in self.levels),
+        )
+        """The key ranges alone, which compaction asks about tombstones (in a worker process too)."""
+        self._largest = self.ranges.largest
         # For levels 1+, the largest keys of the tables, to bisect on; empty levels are left out
         # so that a read does not even loop over them.
-        # Per level, the tables' smallest and largest keys, to bisect on (built once:
-        # a Version never changes, and compaction asks about every tombstone it sees).
-        self._smallest = tuple([t.smallest for t in level] for level in self.levels)
-        self._largest = tuple([t.largest for t in level] for level in self.levels)
-        self.ranges = KeyRanges(self._smallest, self._largest)
-        """The key ranges alone, which compaction asks about tombstones (in a worker process too)."""
         self._sorted_levels: tuple[tuple[list[bytes], tuple[TableReader, ...]], ...] = tuple(
             (self._largest[n], level) for n, level in enumerate(self.levels) if n > 0 and level
         )

@@ -75,6 +75,21 @@ def is_scratch_name(name: str) -> bool:
     return name.startswith(SCRATCH_PREFIX) and name.endswith(SCRATCH_SUFFIX)
 
 
+def remove_scratch(fs: FileSystem, scratch: str) -> None:
+    """Remove a job's scratch directory and what is left in it (never worth failing for)."""
+    with contextlib.suppress(OSError):
+        for name in fs.listdir(scratch):
+            fs.remove(f"{scratch}/{name}")
+        fs.remove_dir(scratch)
+
+
+def remove_leftover_scratch(fs: FileSystem, dirname: str) -> None:
+    """At a store's open: remove the scratch directories a crash left in `dirname` (no job of it runs yet)."""
+    for name in fs.listdir(dirname):
+        if is_scratch_name(name):
+            remove_scratch(fs, f"{dirname}/{name}")
+
+
 @dataclass(frozen=True)
 class CompactionJob:
     """A compaction, described in plain data: what a worker needs to run it without the store."""

@@ -51,7 +51,7 @@ from typing import Any, Final
 from minilsm import compaction, report, worker
 from minilsm.batch import WriteBatch, decode_batch, encode_batch, replayed_after
 from minilsm.bloom import key_hash
-from minilsm.cache import LRUCache, TableFileCache
+from minilsm.cache import ClockCache, TableFileCache
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
@@ -145,7 +145,7 @@ class DB:
         self._pins: set[weakref.ref[_Pin]] = set()
         self._pending_outputs: set[int] = set()  # table numbers being written, not yet in a version
         self._block_cache: BlockCache | None = (
-            LRUCache(self.options.block_cache_size) if self.options.block_cache_size else None
+            ClockCache(self.options.block_cache_size) if self.options.block_cache_size else None
         )
         self._file_cache = TableFileCache(self._fs, self.options.max_open_files)
         self._imm: MemTable | None = None

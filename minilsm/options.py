@@ -29,7 +29,8 @@ class Options:
     block_cache_size: int = 8 << 20
     """Bytes of decoded data blocks kept in memory (0 disables the cache).  Hits are counted apart from disk reads."""
     max_open_files: int = 500
-    """Table files kept open at once (LRU); filters and indexes stay in memory regardless."""
+    """Table files kept open (and mapped) at once; past that, the file cache closes those not read lately (CLOCK).
+    Filters and indexes stay in memory regardless."""
 
     # -- write path --
     memtable_size: int = 4 << 20

@@ -33,14 +33,43 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def table_fds(path: str) -> int:
-    """Open descriptors on table files of the store at `path`, by what they point at."""
-    n = 0
+def held_files(path: str) -> list[str]:
+    """What the process holds of the files of the store at `path`: one name per open descriptor and per mapping.
+
+    Table files are mapped into memory by default (`FileSystem.mmap_reads`); a deleted file shows as
+    "NAME (deleted)" in both lists.
+    """
+    return [name for name in open_files() + mapped_files() if name.startswith(path + os.sep)]
+
+
+def open_files() -> list[str]:
+    """What each open descriptor of the process points at."""
+    held = []
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # closed meanwhile (the listing's own descriptor, say)
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            n += target.startswith(path + os.sep) and target.endswith(".sst")
-    return n
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return held
+
+
+def mapped_files() -> list[str]:
+    """The file of each file-backed mapping of the process."""
+    held = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.rstrip("\n").split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith(os.sep):
+                held.append(fields[5])
+    return held
+
+
+def table_fds(path: str) -> int:
+    """Open descriptors on table files of the store at `path`, by what they point at."""
+    return sum(name.startswith(path + os.sep) and name.endswith(".sst") for name in open_files())
+
+
+def table_maps(path: str) -> int:
+    """Mappings of table files of the store at `path`."""
+    return sum(name.startswith(path + os.sep) and name.endswith(".sst") for name in mapped_files())
 
 
 def rss_bytes() -> int:
@@ -67,7 +96,7 @@ def test_open_table_files_stay_within_max_open_files(db_path: str, background: b
         for i, k in enumerate(keys):
             db.put(k, b"v%d" % i * 8)
             if i % 50 == 0:
-                peak = max(peak, table_fds(db_path))
+                peak = max(peak, table_fds(db_path), table_maps(db_path))
         db.flush()
         tables = sum(len(level) for level in db.version.levels)
         assert tables >= 5 * max_open, f"only {tables} tables: the bound would not be tested"
@@ -75,30 +104,25 @@ def test_open_table_files_stay_within_max_open_files(db_path: str, background: b
             k = rng.choice(keys)
             assert db.get(k) is not None
             if n % 25 == 0:
-                peak = max(peak, table_fds(db_path))
+                peak = max(peak, table_fds(db_path), table_maps(db_path))
             if n % 300 == 0:
                 it = db.iterator(reverse=n % 600 == 0)
                 for j, _ in enumerate(it):
                     if j % 100 == 0:
-                        peak = max(peak, table_fds(db_path))
+                        peak = max(peak, table_fds(db_path), table_maps(db_path))
         db.compact_range()
-        peak = max(peak, table_fds(db_path))
+        peak = max(peak, table_fds(db_path), table_maps(db_path))
         assert len(db._file_cache) <= max_open
     gc.collect()
-    assert table_fds(db_path) == 0, "table files left open after close"
+    assert table_fds(db_path) == table_maps(db_path) == 0, "table files left open after close"
     # A scan keeps one table per level-0 table or level being read, a compaction its output: a few beyond the cache.
     assert peak <= max_open + 3, f"{peak} table files open at once with max_open_files={max_open}"
     print(f"{tables} tables, max_open_files={max_open}: at most {peak} table files open")
 
 
 def deleted_fds(path: str) -> int:
-    """Open descriptors on files of the store at `path` that were deleted (their disk space is still held)."""
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            n += target.startswith(path + os.sep) and target.endswith(" (deleted)")
-    return n
+    """Descriptors and mappings of files of the store at `path` that were deleted (their disk space is still held)."""
+    return sum(name.endswith(" (deleted)") for name in held_files(path))
 
 
 @pytest.mark.parametrize("suffix", ["", "/"])
@@ -127,6 +151,7 @@ def test_close_releases_every_descriptor_and_thread(db_path: str) -> None:
             list(db.iterator())
     gc.collect()
     assert open_fds() == fds
+    assert held_files(db_path) == []  # nor a table mapped into memory
     assert threading.active_count() == threads
 
 
@@ -157,7 +182,7 @@ def test_a_store_dropped_without_close_is_freed_and_releases_its_directory(db_pa
     if bg is not None:
         bg.join(10)
         assert not bg.is_alive(), "the background thread outlives its store"
-    assert open_fds() == fds and threading.active_count() == threads
+    assert open_fds() == fds and threading.active_count() == threads and held_files(db_path) == []
     with minilsm.DB(db_path, **opts) as db:  # the directory is free again, and nothing acknowledged is lost
         assert [v for _, v in db.iterator()] == [b"v%d" % i for i in range(300)]
 

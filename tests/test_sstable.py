@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minilsm.bloom import key_hash
-from minilsm.cache import LRUCache, TableFileCache
+from minilsm.cache import ClockCache, TableFileCache
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.fs import FileSystem, RandomAccessFile, WritableFile
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
@@ -31,6 +31,7 @@ from minilsm.sstable.format import (
     BlockHandle,
     encode_footer,
     read_block,
+    table_path,
 )
 from minilsm.stats import Stats
 
@@ -118,7 +119,7 @@ def test_round_trip(
         assert (meta.smallest, meta.largest, meta.num_entries) == (keys[0], keys[-1], len(entries))
         assert meta.num_deletions == sum(1 for e in entries if e[1] & 0xFF == KIND_DELETE)
         stats = Stats()
-        reader = open_table(d, stats=stats, block_cache=LRUCache(1 << 20) if data.draw(st.booleans()) else None)
+        reader = open_table(d, stats=stats, block_cache=ClockCache(1 << 20) if data.draw(st.booleans()) else None)
         assert reader.filter.num_keys == len(keys)  # one filter key per distinct user key
 
         seqs = sorted({e[1] >> 8 for e in entries})
@@ -426,7 +427,7 @@ def test_trace_outcomes(tmp: str) -> None:
         tmp, [(b"b", trailer(5, KIND_DELETE), b""), (b"d", trailer(7), b"dv"), (b"f", trailer(2), b"")], bits_per_key=0
     )
     stats = Stats()
-    reader = open_table(tmp, stats=stats, block_cache=LRUCache(1 << 16))
+    reader = open_table(tmp, stats=stats, block_cache=ClockCache(1 << 16))
     trace: list[dict[str, object]] = []
     assert reader.get(b"a", key_hash(b"a"), 10, trace) is None
     assert reader.get(b"d", key_hash(b"d"), 10, trace) == (KIND_VALUE, b"dv")
@@ -472,7 +473,7 @@ def test_read_block_counts_by_kind(tmp: str) -> None:
 def test_block_cache_hits_are_not_disk_reads(tmp: str) -> None:
     build(tmp, simple_entries(1000), block_size=256)
     stats = Stats()
-    cache: LRUCache[tuple[int, int], Block] = LRUCache(1 << 20)
+    cache: ClockCache[tuple[int, int], Block] = ClockCache(1 << 20)
     reader = open_table(tmp, stats=stats, block_cache=cache)
     key = b"key00100"
     for _ in range(5):
@@ -486,11 +487,11 @@ def test_block_cache_hits_are_not_disk_reads(tmp: str) -> None:
     assert len(cache) == 1
 
 
-def test_lru_cache_evicts_least_recently_used_by_charge() -> None:
-    c: LRUCache[str, int] = LRUCache(10)
+def test_clock_cache_evicts_unreferenced_entries_by_charge() -> None:
+    c: ClockCache[str, int] = ClockCache(10)
     c.put("a", 1, 4)
     c.put("b", 2, 4)
-    assert c.get("a") == 1  # now b is the least recently used
+    assert c.get("a") == 1  # a is referenced now, b is not: the next eviction spares a
     c.put("c", 3, 4)
     assert (c.get("a"), c.get("b"), c.get("c"), c.usage, len(c)) == (1, None, 3, 8, 2)
     c.put("a", 9, 2)  # replacing re-charges
@@ -502,10 +503,96 @@ def test_lru_cache_evicts_least_recently_used_by_charge() -> None:
     assert (c.get("a"), c.usage) == (None, 4)
     c.clear()
     assert (len(c), c.usage) == (0, 0)
-    off: LRUCache[str, int] = LRUCache(0)
+    off: ClockCache[str, int] = ClockCache(0)
     off.put("x", 1, 0)
     off.put("y", 1, 1)
     assert off.get("y") is None
+
+
+def test_clock_cache_sweep_drops_the_oldest_once_every_flag_is_cleared() -> None:
+    """When every entry was referenced, the hand clears them all and then drops the oldest, not the newcomer."""
+    c: ClockCache[str, int] = ClockCache(3)
+    for i, k in enumerate("xyz"):
+        c.put(k, i)
+    assert [c.get(k) for k in "xyz"] == [0, 1, 2]
+    c.put("w", 3)
+    assert [c.get(k) for k in "xyzw"] == [None, 1, 2, 3]
+    c.put("v", 4)  # y, z and w were all referenced: the hand clears them, then drops y, the oldest
+    assert c.get("y") is None
+    assert c.get("z") == 2  # z is read again after its flag was cleared, w is not
+    c.put("u", 5)
+    assert ([c.get(k) for k in "zwvu"], len(c), c.usage) == ([2, None, 4, 5], 3, 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(0, 12),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["put", "get", "erase", "clear"]), st.integers(0, 6), st.integers(0, 5)),
+        max_size=60,
+    ),
+)
+def test_clock_cache_never_answers_wrong_and_keeps_its_charge(capacity: int, ops: list[tuple[str, int, int]]) -> None:
+    """Against a dict of the last value put per key: a hit is always that value, and usage is the held charges."""
+    c: ClockCache[int, tuple[int, int]] = ClockCache(capacity)
+    last: dict[int, tuple[int, int]] = {}
+    for n, (op, key, charge) in enumerate(ops):
+        if op == "put":
+            c.put(key, (n, charge), charge)
+            last[key] = (n, charge)
+            assert c.get(key) == (last[key] if charge <= capacity else None)
+        elif op == "get":
+            got = c.get(key)
+            assert got is None or got == last[key]
+        elif op == "erase":
+            c.erase(key)
+            assert c.get(key) is None
+        else:
+            c.clear()
+        held = [v for k in range(7) if (v := c.get(k)) is not None]
+        assert c.usage == sum(charge for _, charge in held) <= capacity
+        assert len(c) == len(held)
+
+
+@pytest.mark.parametrize("mmap_reads", [True, False], ids=["mapped", "pread"])
+def test_random_access_files_read_alike_mapped_or_not(tmp: str, mmap_reads: bool) -> None:
+    """A mapped file answers every read as pread does: whole, short past the end, an error once closed."""
+    fs = FileSystem(mmap_reads=mmap_reads)
+    path = os.path.join(tmp, "f")
+    data = bytes(range(256)) * 40
+    with open(path, "wb") as f:
+        f.write(data)
+    r = fs.open_random(path)
+    assert r.size() == len(data)
+    assert r.pread(0, 10) == data[:10] and r.pread(5000, 300) == data[5000:5300]
+    assert r.pread(len(data) - 4, 10) == data[-4:] and r.pread(len(data) + 7, 3) == b""
+    r.close()
+    r.close()  # idempotent
+    with pytest.raises(OSError):
+        r.pread(0, 1)
+    empty = os.path.join(tmp, "empty")
+    open(empty, "wb").close()  # cannot be mapped: read with pread, and every read is short
+    e = fs.open_random(empty)
+    assert (e.size(), e.pread(0, 5)) == (0, b"")
+    e.close()
+
+
+@pytest.mark.parametrize("mmap_reads", [True, False], ids=["mapped", "pread"])
+def test_tables_read_and_fail_alike_mapped_or_not(tmp: str, mmap_reads: bool) -> None:
+    fs = FileSystem(mmap_reads=mmap_reads)
+    entries = simple_entries(500)
+    meta = build(tmp, entries, block_size=256)
+    reader = TableReader.open(fs, tmp, 1, Stats())
+    assert list(reader.iter()) == entries
+    for key, t, value in entries[::37]:
+        assert reader.get(key, key_hash(key), MAX_SEQUENCE) == (t & 0xFF, value)
+    reader.close()
+    path = table_path(tmp, 1)
+    with open(path, "r+b") as f:
+        f.truncate(meta.file_size - 1)
+    with pytest.raises(CorruptionError) as e:
+        TableReader.open(fs, tmp, 1, Stats())
+    assert e.value.path == path
 
 
 def test_file_cache_bounds_open_files(tmp: str) -> None:

@@ -4,7 +4,7 @@ Opening a table reads its footer, index, filter and properties (never a data
 block) and keeps them in memory: the index as parallel lists for `bisect`, the
 filter as a `BloomFilter`.  A point read is then, in order: a key-range check,
 a filter probe, a bisect of the index, and exactly one data block (from the
-block cache, or one pread) searched through its hash index (binary search over
+block cache, or one read of the file) searched through its hash index (binary search over
 its offset array when the index cannot say).
 Scans decode the first two blocks they reach a version at a time, as the consumer
 asks, and each later block the range covers whole in one pass.
@@ -22,7 +22,7 @@ from itertools import chain
 from typing import Final
 
 from minilsm.bloom import BloomFilter, KeyHash, key_hash
-from minilsm.cache import LRUCache, TableFileCache
+from minilsm.cache import ClockCache, TableFileCache
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.fs import FileSystem, RandomAccessFile
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
@@ -46,7 +46,7 @@ from minilsm.stats import Stats
 Entry = tuple[bytes, int, bytes]
 """A version as scans yield it: (user_key, trailer, value)."""
 
-BlockCache = LRUCache[tuple[int, int], Block]
+BlockCache = ClockCache[tuple[int, int], Block]
 """The block cache: (table number, block offset) -> decoded data block, charged by its bytes."""
 
 _NEWEST: Final = (MAX_SEQUENCE << 8) | 0xFF
@@ -205,7 +205,7 @@ class TableReader:
         `h` is ``key_hash(key)``, computed once by the caller for all tables.
         Costs, in order, stopping at the first that settles it: two key
         comparisons; a filter probe (O(k)); a bisect of the index (O(log
-        blocks)); one data block, from the block cache or one pread (which it
+        blocks)); one data block, from the block cache or one read of the file (which it
         then caches), and a lookup in it (O(1) through its hash index, else a
         binary search, O(log entries)).  Counts in ``stats`` and on this
         reader; appends one dict to `trace` if given.
@@ -361,7 +361,7 @@ class TableReader:
     # -- blocks -----------------------------------------------------------------
 
     def _load_block(self, i: int) -> Block:
-        """Data block `i` from disk (one pread through `read_block`)."""
+        """Data block `i` from its file (one read through `read_block`)."""
         file = self._file
         if file is None:
             if self._closed or self._file_cache is None:

@@ -49,14 +49,25 @@ class ClockCache(Generic[K, V]):
     one list store are each atomic.  A `get` that runs while `put` is moving
     the very entry it wants to the back of the queue may miss it; the caller
     then reads the block again, which is a cost, never a wrong answer.
+
+    With `admit_window` > 0 a key not in the cache is admitted only at its
+    second `put` while it is remembered among the last `admit_window` keys
+    refused (the "doorkeeper" of TinyLFU, Einziger et al., 2017): a block
+    read once and never again costs a set insertion instead of an insertion,
+    an eviction and keeping 4 KiB alive.  Uniform point reads of a store
+    far larger than the cache are almost all such reads.
     """
 
-    __slots__ = ("_capacity", "_lock", "_map", "_usage")
+    __slots__ = ("_admit_window", "_capacity", "_lock", "_map", "_refused", "_usage")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, admit_window: int = 0) -> None:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
+        if admit_window < 0:
+            raise ValueError(f"admit_window must be >= 0, got {admit_window}")
         self._capacity = capacity
+        self._admit_window = admit_window
+        self._refused: set[K] = set()  # the doorkeeper: keys put once lately and not kept
         self._usage = 0
         # Oldest first: the front is where the clock's hand points.
         self._map: OrderedDict[K, list[object]] = OrderedDict()
@@ -89,6 +100,8 @@ class ClockCache(Generic[K, V]):
     def put(self, key: K, value: V, charge: int = 1) -> None:
         """Store `value` under `key` (replacing any entry), evicting first to make room.
 
+        With a doorkeeper (`admit_window`), a key not yet cached is only remembered at its first put.
+
         The new entry starts unreferenced, so a block read once and never again
         is the first to go.  O(1) amortized: each eviction pass over an entry
         either drops it or clears its flag, which only a later `get` sets again.
@@ -97,22 +110,32 @@ class ClockCache(Generic[K, V]):
             raise ValueError(f"charge must be >= 0, got {charge}")
         with self._lock:
             m = self._map
+            if self._admit_window and key not in m:
+                refused = self._refused
+                if key not in refused:
+                    if len(refused) >= self._admit_window:
+                        refused.clear()  # forget them all at once: O(1) amortized, and the window stays bounded
+                    refused.add(key)
+                    return
+                refused.discard(key)
+            usage = self._usage
             old = m.pop(key, None)
             if old is not None:
-                self._usage -= old[_CHARGE]  # type: ignore[operator]
-            if charge > self._capacity:
-                return
-            # Evict before inserting, so that the hand, having cleared every flag, drops the oldest entry
-            # rather than the one being added.
-            while self._usage + charge > self._capacity:
-                k, entry = m.popitem(last=False)
-                if entry[_REFERENCED]:
-                    entry[_REFERENCED] = False
-                    m[k] = entry
-                else:
-                    self._usage -= entry[_CHARGE]  # type: ignore[operator]
-            m[key] = [value, charge, False]
-            self._usage += charge
+                usage -= old[_CHARGE]  # type: ignore[operator]
+            if charge <= self._capacity:
+                # Evict before inserting, so that the hand, having cleared every flag, drops the oldest entry
+                # rather than the one being added.
+                room = self._capacity - charge
+                while usage > room:
+                    k, entry = m.popitem(last=False)
+                    if entry[_REFERENCED]:
+                        entry[_REFERENCED] = False
+                        m[k] = entry
+                    else:
+                        usage -= entry[_CHARGE]  # type: ignore[operator]
+                m[key] = [value, charge, False]
+                usage += charge
+            self._usage = usage
 
     def erase(self, key: K) -> None:
         """Drop the entry under `key`, if any.  O(1)."""
@@ -125,6 +148,7 @@ class ClockCache(Generic[K, V]):
         """Drop every entry.  O(n)."""
         with self._lock:
             self._map.clear()
+            self._refused.clear()
             self._usage = 0
 
 

@@ -524,23 +524,45 @@ def test_clock_cache_sweep_drops_the_oldest_once_every_flag_is_cleared() -> None
     assert ([c.get(k) for k in "zwvu"], len(c), c.usage) == ([2, None, 4, 5], 3, 3)
 
 
+def test_clock_cache_doorkeeper_admits_a_key_at_its_second_put_within_the_window() -> None:
+    c: ClockCache[str, int] = ClockCache(10, admit_window=2)
+    c.put("a", 1)
+    assert (c.get("a"), len(c)) == (None, 0)  # remembered, not kept
+    c.put("a", 1)
+    assert c.get("a") == 1
+    c.put("a", 2)  # a key already held is replaced at once
+    assert c.get("a") == 2
+    c.put("b", 1)
+    c.put("c", 1)
+    c.put("d", 1)  # the window is full: b and c are forgotten together, and d remembered
+    c.put("b", 1)  # b was forgotten: its first put again
+    assert (c.get("b"), len(c)) == (None, 1)
+    c.put("d", 1)
+    assert c.get("d") == 1
+    with pytest.raises(ValueError):
+        ClockCache(10, admit_window=-1)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     capacity=st.integers(0, 12),
+    admit_window=st.integers(0, 3),
     ops=st.lists(
         st.tuples(st.sampled_from(["put", "get", "erase", "clear"]), st.integers(0, 6), st.integers(0, 5)),
         max_size=60,
     ),
 )
-def test_clock_cache_never_answers_wrong_and_keeps_its_charge(capacity: int, ops: list[tuple[str, int, int]]) -> None:
+def test_clock_cache_never_answers_wrong_and_keeps_its_charge(
+    capacity: int, admit_window: int, ops: list[tuple[str, int, int]]
+) -> None:
     """Against a dict of the last value put per key: a hit is always that value, and usage is the held charges."""
-    c: ClockCache[int, tuple[int, int]] = ClockCache(capacity)
+    c: ClockCache[int, tuple[int, int]] = ClockCache(capacity, admit_window)
     last: dict[int, tuple[int, int]] = {}
     for n, (op, key, charge) in enumerate(ops):
         if op == "put":
             c.put(key, (n, charge), charge)
             last[key] = (n, charge)
-            assert c.get(key) == (last[key] if charge <= capacity else None)
+            assert c.get(key) in ((last[key], None) if admit_window else (last[key] if charge <= capacity else None,))
         elif op == "get":
             got = c.get(key)
             assert got is None or got == last[key]

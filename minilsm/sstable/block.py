@@ -45,6 +45,7 @@ BLOCK_FOOTER: Final = struct.Struct("<HI")
 """num_buckets u16 | count u32: the last 6 bytes of a data block's contents."""
 _FOOTER_SIZE: Final = BLOCK_FOOTER.size
 _U32: Final = struct.Struct("<I")
+_U32_PAIR: Final = struct.Struct("<II")
 _U64: Final = struct.Struct("<Q")
 
 HASH_EMPTY: Final = 0xFF
@@ -156,16 +157,19 @@ class BlockBuilder:
 
 
 class Block:
-    """A read-only data block: its contents and decoded offset array, as kept in the block cache.
+    """A read-only data block: its contents, as kept in the block cache, and its offset array decoded on demand.
 
-    Construction checks the count, bucket count and offset array against the
-    block size (O(n) in C, no per-entry Python work).  The checksum has already
-    vouched for the bytes, so entries and buckets are bounds-checked only when
-    used; malformed structure that slips through surfaces as `CorruptionError`,
-    never as a wrong-typed exception.
+    Construction checks the count, bucket count and the first and last offsets
+    against the block size (O(1)).  A point read that its hash index settles
+    then reads the two offsets it needs straight from the bytes; a binary
+    search or a scan decodes the whole offset array once (O(n) in C) and the
+    block keeps it.  The checksum has already vouched for the bytes, so
+    entries and buckets are bounds-checked only when used; malformed
+    structure that slips through surfaces as `CorruptionError`, never as a
+    wrong-typed exception.
     """
 
-    __slots__ = ("buckets_at", "count", "data", "limit", "num_buckets", "offsets")
+    __slots__ = ("_offsets", "buckets_at", "count", "data", "limit", "num_buckets")
 
     def __init__(self, data: bytes) -> None:
         size = len(data)
@@ -176,18 +180,27 @@ class Block:
         limit = buckets_at - 4 * count
         if count == 0 or limit < _HEADER_SIZE * count:
             raise CorruptionError(f"data block of {size} bytes cannot hold {count} entries and {buckets} buckets")
-        offsets = array(_U32_CODE)
-        offsets.frombytes(data[limit:buckets_at])
-        if _SWAP:
-            offsets.byteswap()
-        if offsets[0] != 0 or offsets[-1] > limit - _HEADER_SIZE:
+        first, last = _U32.unpack_from(data, limit)[0], _U32.unpack_from(data, buckets_at - 4)[0]
+        if first != 0 or last > limit - _HEADER_SIZE:
             raise CorruptionError("data block: offset array points outside the entries")
         self.data = data
-        self.offsets = offsets
+        self._offsets: array[int] | None = None
         self.count = count
         self.limit = limit  # where the entries end and the offset array begins
         self.num_buckets = buckets
         self.buckets_at = buckets_at  # where the hash index begins
+
+    @property
+    def offsets(self) -> array[int]:
+        """The offset array, decoded in one C call at its first use and kept.  O(n) once, then O(1)."""
+        offsets = self._offsets
+        if offsets is None:
+            offsets = array(_U32_CODE)
+            offsets.frombytes(self.data[self.limit : self.buckets_at])
+            if _SWAP:
+                offsets.byteswap()
+            self._offsets = offsets
+        return offsets
 
     def get(self, key: bytes, h: KeyHash, target: int) -> tuple[int, bytes] | bool:
         """The first version of `key` with trailer <= `target`, as ``(trailer, value)``.
@@ -248,16 +261,18 @@ class Block:
     def _entry(self, i: int) -> tuple[bytes, int, bytes]:
         """Entry `i` as ``(user_key, trailer, value)``, checked to exist and to end where the next one begins."""
         data = self.data
-        offsets = self.offsets
+        if i >= self.count:
+            raise CorruptionError(f"data block: hash index points at entry {i} of {self.count}")
+        at = self.limit + 4 * i  # its offset; the next entry's follows, unless it is the last
         try:
-            o = offsets[i]
+            if i + 1 < self.count:
+                o, end = _U32_PAIR.unpack_from(data, at)
+            else:
+                o, end = _U32.unpack_from(data, at)[0], self.limit
             key_len, value_len, trailer = ENTRY_HEADER.unpack_from(data, o)
-        except IndexError as e:
-            raise CorruptionError(f"data block: hash index points at entry {i} of {self.count}") from e
         except struct.error as e:
             raise CorruptionError("data block: entry header runs past the block") from e
         o += _HEADER_SIZE
-        end = offsets[i + 1] if i + 1 < self.count else self.limit
         if o + key_len + value_len != end:
             raise CorruptionError(f"data block: entry {i} does not end where the next begins")
         return data[o : o + key_len], trailer, data[o + key_len : end]

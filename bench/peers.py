@@ -432,6 +432,15 @@ def peers(num: int) -> list[Peer]:
             on_request=True,
         ),
         Peer(
+            "minilsm-mmap",
+            "",
+            lambda path: MiniLSMStore(path, mmap_reads=True),
+            "as minilsm",
+            "as minilsm, but tables read through memory mappings (mmap_reads=True, as LevelDB): no system call "
+            "per block read, and none to let go of the interpreter lock; run only when named in --stores",
+            on_request=True,
+        ),
+        Peer(
             "minilsm-noseek",
             "",
             lambda path: MiniLSMStore(path, seek_compaction=False),

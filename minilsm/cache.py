@@ -153,19 +153,20 @@ class ClockCache(Generic[K, V]):
 
 
 class TableFileCache:
-    """At most `capacity` open table files, opened on demand through `fs` and dropped least recently used first.
+    """At most `capacity` open table files, opened on demand through `fs` and dropped by CLOCK.
 
     Readers ask for their file on every block read instead of holding it, so
     that a store with more tables than file descriptors still works; a miss
-    costs one `open`.  Call `evict` before a table file is deleted.
+    costs one `open` (with `mapped`, `FileSystem.open_mapped`: an open and an
+    mmap).  Call `evict` before a table file is deleted.
     """
 
-    __slots__ = ("_closed", "_files", "_fs")
+    __slots__ = ("_closed", "_files", "_open")
 
-    def __init__(self, fs: FileSystem, capacity: int) -> None:
+    def __init__(self, fs: FileSystem, capacity: int, mapped: bool = False) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self._fs = fs
+        self._open = fs.open_mapped if mapped else fs.open_random
         self._files: ClockCache[str, RandomAccessFile] = ClockCache(capacity)
         self._closed = False
 
@@ -177,7 +178,7 @@ class TableFileCache:
         """
         f = self._files.get(path)
         if f is None:
-            f = self._fs.open_random(path)
+            f = self._open(path)
             self._files.put(path, f)
             if self._closed:  # asked after the put: a close that began before it cleared nothing of it
                 self._files.erase(path)

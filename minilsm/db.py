@@ -152,7 +152,7 @@ class DB:
             if cache_size
             else None
         )
-        self._file_cache = TableFileCache(self._fs, self.options.max_open_files)
+        self._file_cache = TableFileCache(self._fs, self.options.max_open_files, mapped=self.options.mmap_reads)
         self._imm: MemTable | None = None
         self._imm_log_number = 0  # the log holding the frozen memtable's writes
         self._work_due = False

@@ -48,27 +48,7 @@ class FileLock(Protocol):
 
 
 class FileSystem:
-    """The real filesystem.  Subclass or replace to inject faults in tests.
-
-    `mmap_reads` (default True) maps each table file into memory when it is
-    opened, as LevelDB does on 64-bit systems, so that a block read is a copy
-    out of the OS page cache instead of a ``pread`` system call: about 1.5 us
-    less per point read at 1M keys (bench/RESULTS.md, "Point reads: a CLOCK
-    cache and mapped tables").  Reads are checked and counted the same way
-    either way (`sstable.format.read_block`).  The price, as in LevelDB: a table
-    file that another program cuts short *while the store has it open* ends
-    the process with SIGBUS at the next read of the lost part, where ``pread``
-    would have returned a short read and the store a `CorruptionError`.  A
-    store's tables are never shortened by the store itself (they are written
-    once, then only deleted, which leaves a mapping intact), and a file that
-    is already short when it is opened is caught by the usual checks.  Pass
-    ``FileSystem(mmap_reads=False)`` as `Options.fs` to read with ``pread``.
-    """
-
-    mmap_reads: bool = True  # here too, for subclasses whose __init__ does not call this one
-
-    def __init__(self, mmap_reads: bool = True) -> None:
-        self.mmap_reads = mmap_reads
+    """The real filesystem.  Subclass or replace to inject faults in tests."""
 
     def open_writable(self, path: str) -> WritableFile:
         """Create (or truncate) `path` for appending."""
@@ -79,22 +59,37 @@ class FileSystem:
         return _PosixWritableFile(path, append=True)
 
     def open_random(self, path: str) -> RandomAccessFile:
-        """Open `path` for positioned reads: mapped into memory with `mmap_reads`, else with ``os.pread``.
-
-        A file that cannot be mapped (an empty one, a filesystem without mmap) is read with ``pread``.
-        """
-        if self.mmap_reads:
-            fd, st = _open_regular(path)
-            try:
-                mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ, **_UNTRACKED) if st.st_size else None
-            except (OSError, ValueError):
-                mapped = None
-            if mapped is None:
-                return _PosixRandomAccessFile(path, fd, st.st_size)
-            os.close(fd)  # the mapping keeps the file (and before Python 3.13, a duplicate descriptor of it)
-            return _MappedFile(path, mapped, st.st_size)
+        """Open `path` for positioned reads, each one ``os.pread``."""
         fd, st = _open_regular(path)
         return _PosixRandomAccessFile(path, fd, st.st_size)
+
+    def open_mapped(self, path: str) -> RandomAccessFile:
+        """Open `path` for positioned reads from a read-only memory mapping of it (`Options.mmap_reads`).
+
+        A read is then a copy out of the OS page cache with no system call,
+        as LevelDB reads tables on 64-bit systems.  Two prices, which is why it
+        is not the default.  A read no longer releases the interpreter lock,
+        so a thread reading a cached store keeps it for the whole switch
+        interval (5 ms), and a thread that writes waits that long after each
+        of its own system calls (bench/RESULTS.md, "Point reads": a writer
+        beside a reader ran 2-4x slower).  And, as in LevelDB, a file that
+        another program cuts short while it is mapped ends the process with
+        SIGBUS at the next read of the lost part, where ``pread`` returns a
+        short read that the store reports as `CorruptionError` (a store never
+        shortens its own tables: they are written once, then only deleted,
+        which leaves a mapping intact; a file already short when opened is
+        caught by the usual checks).  A file that cannot be mapped (an empty
+        one, a filesystem without mmap) is read with ``pread``.
+        """
+        fd, st = _open_regular(path)
+        try:
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ, **_UNTRACKED) if st.st_size else None
+        except (OSError, ValueError):
+            mapped = None
+        if mapped is None:
+            return _PosixRandomAccessFile(path, fd, st.st_size)
+        os.close(fd)  # the mapping keeps the file (and before Python 3.13, a duplicate descriptor of it)
+        return _MappedFile(path, mapped, st.st_size)
 
     def read_file(self, path: str) -> bytes:
         """The whole content of a small file (log, manifest, CURRENT)."""

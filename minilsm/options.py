@@ -29,8 +29,15 @@ class Options:
     block_cache_size: int = 8 << 20
     """Bytes of decoded data blocks kept in memory (0 disables the cache).  Hits are counted apart from disk reads."""
     max_open_files: int = 500
-    """Table files kept open (and mapped) at once; past that, the file cache closes those not read lately (CLOCK).
-    Filters and indexes stay in memory regardless."""
+    """Table files kept open at once; past that, the file cache closes those not read lately (CLOCK).  Filters and
+    indexes stay in memory regardless."""
+    mmap_reads: bool = False
+    """Read tables through a memory mapping of each file instead of ``pread`` (RocksDB's ``allow_mmap_reads``;
+    LevelDB always maps): a point read costs about 1-2 us less.  Off by default because a read then never releases
+    the interpreter lock, so other threads of the process (a writer, the store's own flush thread) wait up to the
+    switch interval for it after each of their system calls; and because a mapped table that another program cuts
+    short ends the process with SIGBUS instead of a `CorruptionError` (see `FileSystem.open_mapped`).  For a
+    process that mostly reads, from one thread."""
 
     # -- write path --
     memtable_size: int = 4 << 20

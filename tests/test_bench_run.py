@@ -76,6 +76,7 @@ def test_the_tiered_variant_runs_only_when_named(tmp_path: Path, capsys: pytest.
         "minilsm-thread",
         "minilsm-tiered",
         "minilsm-nocache",
+        "minilsm-mmap",
         "minilsm-noseek",
         "minilsm-large",
     ]

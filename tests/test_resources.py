@@ -36,8 +36,8 @@ def open_fds() -> int:
 def held_files(path: str) -> list[str]:
     """What the process holds of the files of the store at `path`: one name per open descriptor and per mapping.
 
-    Table files are mapped into memory by default (`FileSystem.mmap_reads`); a deleted file shows as
-    "NAME (deleted)" in both lists.
+    With `mmap_reads` table files are mapped into memory; a deleted file shows as "NAME (deleted)" in both
+    lists.
     """
     return [name for name in open_files() + mapped_files() if name.startswith(path + os.sep)]
 
@@ -85,10 +85,13 @@ def store_bytes(path: str) -> int:
     return total
 
 
+@pytest.mark.parametrize("mapped", [False, True], ids=["pread", "mapped"])
 @pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
-def test_open_table_files_stay_within_max_open_files(db_path: str, background: bool) -> None:
+def test_open_table_files_stay_within_max_open_files(db_path: str, background: bool, mapped: bool) -> None:
     max_open = 4
-    opts = small_options(background=background, max_open_files=max_open, target_file_size=1024, block_cache_size=0)
+    opts = small_options(
+        background=background, max_open_files=max_open, target_file_size=1024, block_cache_size=0, mmap_reads=mapped
+    )
     rng = random.Random(1)
     keys = [b"key%05d" % i for i in range(1500)]
     peak = 0
@@ -125,11 +128,12 @@ def deleted_fds(path: str) -> int:
     return sum(name.endswith(" (deleted)") for name in held_files(path))
 
 
+@pytest.mark.parametrize("mapped", [False, True], ids=["pread", "mapped"])
 @pytest.mark.parametrize("suffix", ["", "/"])
-def test_deleted_tables_are_closed_whatever_the_path_spelling(db_path: str, suffix: str) -> None:
+def test_deleted_tables_are_closed_whatever_the_path_spelling(db_path: str, suffix: str, mapped: bool) -> None:
     """Was: with a trailing slash on the path, the file cache knew a table as "db/N.sst" and the sweep evicted
     "db//N.sst", so every compacted-away table stayed open (its disk space held) until the LRU dropped it."""
-    with minilsm.DB(db_path + suffix, **small_options()) as db:
+    with minilsm.DB(db_path + suffix, **small_options(mmap_reads=mapped)) as db:
         for i in range(2000):
             db.put(b"k%04d" % (i % 300), b"v" * 50)
             if i % 100 == 0:
@@ -139,11 +143,12 @@ def test_deleted_tables_are_closed_whatever_the_path_spelling(db_path: str, suff
         assert deleted_fds(db_path) == 0
 
 
-def test_close_releases_every_descriptor_and_thread(db_path: str) -> None:
+@pytest.mark.parametrize("mapped", [False, True], ids=["pread", "mapped"])
+def test_close_releases_every_descriptor_and_thread(db_path: str, mapped: bool) -> None:
     gc.collect()
     fds, threads = open_fds(), threading.active_count()
     for _ in range(5):
-        with minilsm.DB(db_path, **small_options(background=True)) as db:
+        with minilsm.DB(db_path, **small_options(background=True, mmap_reads=mapped)) as db:
             for i in range(500):
                 db.put(b"k%04d" % i, b"v" * 50)
             with db.snapshot() as snap:

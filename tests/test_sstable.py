@@ -576,15 +576,15 @@ def test_clock_cache_never_answers_wrong_and_keeps_its_charge(
         assert len(c) == len(held)
 
 
-@pytest.mark.parametrize("mmap_reads", [True, False], ids=["mapped", "pread"])
-def test_random_access_files_read_alike_mapped_or_not(tmp: str, mmap_reads: bool) -> None:
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pread"])
+def test_random_access_files_read_alike_mapped_or_not(tmp: str, mapped: bool) -> None:
     """A mapped file answers every read as pread does: whole, short past the end, an error once closed."""
-    fs = FileSystem(mmap_reads=mmap_reads)
+    open_file = FS.open_mapped if mapped else FS.open_random
     path = os.path.join(tmp, "f")
     data = bytes(range(256)) * 40
     with open(path, "wb") as f:
         f.write(data)
-    r = fs.open_random(path)
+    r = open_file(path)
     assert r.size() == len(data)
     assert r.pread(0, 10) == data[:10] and r.pread(5000, 300) == data[5000:5300]
     assert r.pread(len(data) - 4, 10) == data[-4:] and r.pread(len(data) + 7, 3) == b""
@@ -594,26 +594,27 @@ def test_random_access_files_read_alike_mapped_or_not(tmp: str, mmap_reads: bool
         r.pread(0, 1)
     empty = os.path.join(tmp, "empty")
     open(empty, "wb").close()  # cannot be mapped: read with pread, and every read is short
-    e = fs.open_random(empty)
+    e = open_file(empty)
     assert (e.size(), e.pread(0, 5)) == (0, b"")
     e.close()
 
 
-@pytest.mark.parametrize("mmap_reads", [True, False], ids=["mapped", "pread"])
-def test_tables_read_and_fail_alike_mapped_or_not(tmp: str, mmap_reads: bool) -> None:
-    fs = FileSystem(mmap_reads=mmap_reads)
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pread"])
+def test_tables_read_and_fail_alike_mapped_or_not(tmp: str, mapped: bool) -> None:
     entries = simple_entries(500)
     meta = build(tmp, entries, block_size=256)
-    reader = TableReader.open(fs, tmp, 1, Stats())
+    files = TableFileCache(FS, 4, mapped=mapped)
+    reader = TableReader.open(FS, tmp, 1, Stats(), file_cache=files)
     assert list(reader.iter()) == entries
     for key, t, value in entries[::37]:
         assert reader.get(key, key_hash(key), MAX_SEQUENCE) == (t & 0xFF, value)
     reader.close()
+    files.close()
     path = table_path(tmp, 1)
     with open(path, "r+b") as f:
         f.truncate(meta.file_size - 1)
     with pytest.raises(CorruptionError) as e:
-        TableReader.open(fs, tmp, 1, Stats())
+        TableReader.open(FS, tmp, 1, Stats(), file_cache=TableFileCache(FS, 4, mapped=mapped))
     assert e.value.path == path
 
 

@@ -106,7 +106,7 @@ def read_block(file: RandomAccessFile, offset: int, size: int, stats: Stats, pat
     checksum.  A data block counts one ``stats.block_reads``; a filter block one
     ``stats.filter_loads``; an index block one ``stats.index_loads``; every
     block's bytes count in ``stats.block_bytes_read``.  One positioned read (a
-    slice of the file's mapping, or a pread: see `fs.FileSystem`) plus one
+    pread, or a slice of the file's mapping: see `fs.FileSystem`) plus one
     checksum pass, O(size).
     """
     if size < BLOCK_TRAILER_SIZE or offset + size > file.size():

@@ -859,26 +859,3 @@ def test_kill_9_loses_no_acknowledged_sync_write(db_path: str) -> None:
         for i in range(acked + 1):
             assert db.get(b"key%06d" % i) == b"value%06d" % i * 5, i
         check_invariants(db)
-
-
-@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
-def test_a_store_reading_mapped_tables_answers_as_one_that_preads_them(db_path: str, background: bool) -> None:
-    """`mmap_reads=True`: the same answers through flushes, compactions and a reopen, either way round."""
-    rng = random.Random(11)
-    model: dict[bytes, bytes] = {}
-    with minilsm.DB(db_path, **small_options(background=background, mmap_reads=True)) as db:
-        for i in range(3000):
-            k = b"k%04d" % rng.randrange(800)
-            if rng.random() < 0.2:
-                db.delete(k)
-                model.pop(k, None)
-            else:
-                db.put(k, b"v%d" % i)
-                model[k] = b"v%d" % i
-            if i % 500 == 0:
-                assert all(db.get(b"k%04d" % j) == model.get(b"k%04d" % j) for j in range(0, 800, 7))
-        db.compact_range()
-    for mapped in (True, False):
-        with minilsm.DB(db_path, **small_options(background=background, mmap_reads=mapped)) as db:
-            assert all(db.get(b"k%04d" % i) == model.get(b"k%04d" % i) for i in range(800))
-            assert dict(db.iterator()) == model

@@ -21,6 +21,7 @@ values = st.binary(max_size=40) | st.binary(min_size=200, max_size=600)
 class StoreMachine(RuleBasedStateMachine):
     style = "leveled"
     background = False
+    mmap_reads = False
 
     snapshots = Bundle("snapshots")
 
@@ -33,7 +34,10 @@ class StoreMachine(RuleBasedStateMachine):
         self.db = self._open()
 
     def _open(self) -> minilsm.DB:
-        return minilsm.DB(self.dir, **small_options(compaction_style=self.style, background=self.background))
+        return minilsm.DB(
+            self.dir,
+            **small_options(compaction_style=self.style, background=self.background, mmap_reads=self.mmap_reads),
+        )
 
     def teardown(self) -> None:
         try:
@@ -191,9 +195,17 @@ class BackgroundStoreMachine(StoreMachine):
     background = True
 
 
+class MappedStoreMachine(StoreMachine):
+    """Tables read through memory mappings (`mmap_reads`): the same answers as through pread, every step."""
+
+    mmap_reads = True
+
+
 TestLeveled = StoreMachine.TestCase
 TestLeveled.settings = settings(max_examples=100, stateful_step_count=60, deadline=None)
 TestTiered = TieredStoreMachine.TestCase
 TestTiered.settings = settings(max_examples=100, stateful_step_count=60, deadline=None)
 TestBackground = BackgroundStoreMachine.TestCase
 TestBackground.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)
+TestMapped = MappedStoreMachine.TestCase
+TestMapped.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)

@@ -13,8 +13,8 @@ sets the entry's "referenced" flag, one store into a list that needs no lock.
 Insertions take the lock and evict: the oldest entry goes unless it was
 referenced since it was last passed over, in which case its flag is cleared
 and it goes to the back of the queue.  Measured on a 1M-key store read at
-random (bench/RESULTS.md, "Point reads: a CLOCK cache and mapped tables"),
-this took about 0.8 us off each read against the LRU it replaced.
+random (bench/RESULTS.md, "Point reads"), this took about 0.8 us off each
+read against the LRU it replaced.
 
 Eviction only drops the cache's reference.  A reader that fetched a file or a
 block a moment earlier keeps using it; CPython frees the block, and closes the
@@ -100,11 +100,11 @@ class ClockCache(Generic[K, V]):
     def put(self, key: K, value: V, charge: int = 1) -> None:
         """Store `value` under `key` (replacing any entry), evicting first to make room.
 
-        With a doorkeeper (`admit_window`), a key not yet cached is only remembered at its first put.
-
         The new entry starts unreferenced, so a block read once and never again
-        is the first to go.  O(1) amortized: each eviction pass over an entry
-        either drops it or clears its flag, which only a later `get` sets again.
+        is the first to go.  With a doorkeeper (`admit_window`), a key not yet
+        cached is only remembered at its first put.  O(1) amortized: each
+        eviction pass over an entry either drops it or clears its flag, which
+        only a later `get` sets again.
         """
         if charge < 0:
             raise ValueError(f"charge must be >= 0, got {charge}")

@@ -4,8 +4,8 @@ Opening a table reads its footer, index, filter and properties (never a data
 block) and keeps them in memory: the index as parallel lists for `bisect`, the
 filter as a `BloomFilter`.  A point read is then, in order: a key-range check,
 a filter probe, a bisect of the index, and exactly one data block (from the
-block cache, or one read of the file) searched through its hash index (binary search over
-its offset array when the index cannot say).
+block cache, or one read of the file) searched through its hash index (binary
+search over its offset array when the index cannot say).
 Scans decode the first two blocks they reach a version at a time, as the consumer
 asks, and each later block the range covers whole in one pass.
 
@@ -205,9 +205,10 @@ class TableReader:
         `h` is ``key_hash(key)``, computed once by the caller for all tables.
         Costs, in order, stopping at the first that settles it: two key
         comparisons; a filter probe (O(k)); a bisect of the index (O(log
-        blocks)); one data block, from the block cache or one read of the file (which it
-        then caches), and a lookup in it (O(1) through its hash index, else a
-        binary search, O(log entries)).  Counts in ``stats`` and on this
+        blocks)); one data block, from the block cache or one read of the file
+        (offered to the cache, which keeps a block from its second read), and a
+        lookup in it (O(1) through its hash index, else a binary search, O(log
+        entries)).  Counts in ``stats`` and on this
         reader; appends one dict to `trace` if given.
         """
         # Counts only outcomes: tables considered and filter checks are their sums (see Stats).

@@ -11,8 +11,9 @@ recovery would replay (each record's checksums and its batch encoding).
 
 Findings are *damage* (the store would not open, or would return wrong data)
 or *notes* (what a crash leaves and the next open cleans up: a torn log tail,
-an orphan or temporary file).  `check_store` takes the store's lock, so a
-store open elsewhere is refused rather than checked mid-change.
+an orphan or temporary file, a compaction worker's scratch directory).
+`check_store` takes the store's lock, so a store open elsewhere is refused
+rather than checked mid-change.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
 from minilsm.version import Version
 from minilsm.wal import damaged_end, log_file_name, parse_log_file_name, read_log
+from minilsm.worker import is_scratch_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,8 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
             number = parse_table_file_name(name)
             if number is not None and state is not None and number not in live:
                 report.note(name, "table not in the manifest (left by a crash; the next open deletes it)")
+            elif is_scratch_name(name):
+                report.note(name, "a compaction worker's scratch directory (left by a crash; the next open deletes it)")
             elif name.endswith(TEMP_SUFFIX):
                 report.note(name, "temporary file (left by a crash; the next open deletes it)")
         return report

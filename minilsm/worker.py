@@ -18,8 +18,9 @@ compaction to another process, as plain data:
   them as it would its own.
 
 Only the lock holder names a table file, so a worker left running by a store
-process that died (it ends when its input pipe closes, after the job in hand)
-can write only into its own scratch directory, which the next open deletes.
+process that died (it ends within about a second of that process, even in the
+middle of a job) can write only into its own scratch directory, which the next
+open deletes.
 
 One worker serves every store of the process, one job at a time (a second core
 is what it is for), started at the first job and ended at exit.  Jobs and
@@ -42,6 +43,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Final, NoReturn
@@ -246,7 +248,7 @@ class Worker:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         if root not in path:
             path.insert(0, root)
-        env = dict(os.environ, MINILSM_WORKER_SYS_PATH=json.dumps(path))
+        env = dict(os.environ, MINILSM_WORKER_SYS_PATH=json.dumps(path), MINILSM_WORKER_PARENT=str(os.getpid()))
         command = self._command or [exe, "-c", _BOOT]
         self._proc = subprocess.Popen(
             command,
@@ -367,9 +369,28 @@ def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
             return
 
 
+_ORPHAN_CHECK_SECONDS: Final = 1.0
+
+
+def _end_when_orphaned(parent: int) -> None:
+    """End this process once the one that started it has ended (it is then re-parented), even in the middle of a job.
+
+    The closed pipe tells the worker too, but only when it next reads or writes
+    it: a store process killed during a large compaction left its worker merging
+    for nobody until the job was done.  This also covers any other holder of a
+    copy of the pipe (a forked child drops its copy: see `_forget_after_fork`).
+    """
+    while os.getppid() == parent:
+        time.sleep(_ORPHAN_CHECK_SECONDS)
+    os._exit(0)  # a job in hand is abandoned: its scratch directory goes at the store's next open
+
+
 def main() -> None:
     # A Ctrl-C at the terminal reaches the whole process group; the store decides what an interrupt means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The store's pid, not getppid(): a store that ended before this line ran would pass unseen.
+    parent = int(os.environ.get("MINILSM_WORKER_PARENT", os.getppid()))
+    threading.Thread(target=_end_when_orphaned, args=(parent,), name="minilsm-orphan-watch", daemon=True).start()
     # The results travel on the real stdout; anything printed goes to stderr instead of into the pipe.
     results = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import resource
+import select
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -298,3 +301,99 @@ def test_a_scratch_directory_left_by_a_crash_goes_at_the_next_open(db_path: str)
     with DB(db_path) as db:
         assert db.get(b"k") == b"v"
     assert scratch_dirs(db_path) == []
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and has not ended (a zombie no one has reaped yet has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="needs fork and /proc")
+def test_the_worker_ends_with_its_store_process_though_a_forked_child_keeps_the_pipe(db_path: str) -> None:
+    """A child forked after the worker started lets go of its copy of the job pipe at once (the at-fork hook drops
+    the shared worker, whose pipes close with it), so the worker's input ends with the store's process."""
+    script = f"""
+import os, sys, time
+sys.path[:0] = {[os.path.dirname(os.path.dirname(os.path.abspath(worker.__file__)))]!r}
+import minilsm
+from minilsm import worker
+with minilsm.DB({db_path!r}, memtable_size=4096) as db:
+    for i in range(3000):
+        db.put(b"k%05d" % (i * 7919 % 3000), b"v" * 20)
+    db.compact_range()
+    assert db.stats().compactions > 0
+pid = worker.shared_worker().pid
+assert pid is not None, "the compactions did not run in the worker"
+child = os.fork()
+if child == 0:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # not the test's pipes: it waits for their end
+    os.dup2(null, 2)
+    time.sleep(60)
+    os._exit(0)
+print(pid, child, flush=True)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    pid, child = map(int, run.stdout.split())
+    try:
+        assert _running(child), "the forked child should still hold the pipe"
+        deadline = time.monotonic() + 10
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the worker outlived the process that started it"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_worker_stops_a_job_nobody_waits_for_once_its_store_process_is_killed(db_path: str) -> None:
+    """Was: a store process killed mid-job left its worker merging until the job was done (tens of seconds for a
+    large compaction), and only then did it find the pipe broken.  It now ends within about a second."""
+    boot = worker._BOOT.replace(
+        "from minilsm.worker import main; main()",
+        "import time, minilsm.worker as w; run = w.run_job; "
+        "w.run_job = lambda job, fs: (time.sleep(60), run(job, fs))[1]; w.main()",
+    )
+    script = f"""
+import sys, threading, time
+sys.path[:0] = {[os.path.dirname(os.path.dirname(os.path.abspath(worker.__file__)))]!r}
+import minilsm
+from minilsm import worker
+with minilsm.DB({db_path!r}, memtable_size=4096, background=False) as db:  # tables to merge, merged inline
+    for i in range(3000):
+        db.put(b"k%05d" % (i * 7919 % 3000), b"v" * 20)
+worker._shared = worker.Worker({[sys.executable, "-c", boot]!r})
+db = minilsm.DB({db_path!r}, memtable_size=4096)
+threading.Thread(target=db.compact_range, daemon=True).start()
+while worker._shared.pid is None or not db._compacting:
+    time.sleep(0.01)
+print(worker._shared.pid, flush=True)
+time.sleep(60)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "the store process never got a job into the worker"
+        pid = int(proc.stdout.readline())
+        assert _running(pid)
+        proc.kill()  # the store's process dies in the middle of the worker's (sleeping) job
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the worker went on with a job for a process that is gone"
+    finally:
+        proc.kill()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

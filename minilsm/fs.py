@@ -72,7 +72,7 @@ class FileSystem:
         so a thread reading a cached store keeps it for the whole switch
         interval (5 ms), and a thread that writes waits that long after each
         of its own system calls (bench/RESULTS.md, "Point reads": a writer
-        beside a reader ran 2-4x slower).  And, as in LevelDB, a file that
+        beside a reader ran 2-27x slower).  And, as in LevelDB, a file that
         another program cuts short while it is mapped ends the process with
         SIGBUS at the next read of the lost part, where ``pread`` returns a
         short read that the store reports as `CorruptionError` (a store never

@@ -313,7 +313,7 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="needs fork and /proc")
-def test_the_worker_ends_with_its_store_process_though_a_forked_child_keeps_the_pipe(db_path: str) -> None:
+def test_the_worker_ends_with_its_store_process_though_that_process_forked_a_child(db_path: str) -> None:
     """A child forked after the worker started lets go of its copy of the job pipe at once (the at-fork hook drops
     the shared worker, whose pipes close with it), so the worker's input ends with the store's process."""
     script = f"""
@@ -355,8 +355,8 @@ print(pid, child, flush=True)
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 def test_a_worker_stops_a_job_nobody_waits_for_once_its_store_process_is_killed(db_path: str) -> None:
-    """Was: a store process killed mid-job left its worker merging until the job was done (tens of seconds for a
-    large compaction), and only then did it find the pipe broken.  It now ends within about a second."""
+    """Was: a store process killed mid-job left its worker merging until the job was done, and only then did it
+    find the pipe broken.  It now ends within about a second."""
     boot = worker._BOOT.replace(
         "from minilsm.worker import main; main()",
         "import time, minilsm.worker as w; run = w.run_job; "

@@ -242,6 +242,25 @@ def test_forged_bucket_past_the_entries_is_corruption(value: int) -> None:
         forged.get(b"a", key_hash(b"a"), 10)
 
 
+def test_a_forged_offset_array_fails_every_read_that_uses_it() -> None:
+    # Entry 3's offset points at entry 4; the entries themselves are intact (a resealed block).
+    entries: list[Entry] = [(bytes([97 + i]), 10 - i, b"value %d" % i) for i in range(6)]
+    block = build(entries)
+    data = bytearray(block.data)
+    struct.pack_into("<I", data, block.limit + 12, block.offsets[4])
+    forged = Block(bytes(data))
+    # A whole-block scan walks the entries by their own lengths and never reads the array ...
+    assert forged.entries() == entries
+    # ... the reads that do read it check each entry they decode against it.
+    with pytest.raises(CorruptionError, match="does not start where"):
+        list(forged.versions(0, forged.count))
+    for i in (2, 3):  # entry 2 now ends short of the next offset; entry 3 starts at entry 4
+        key = entries[i][0]
+        for probe in (forged, without_hash_index(forged)):
+            with pytest.raises(CorruptionError, match="does not end where"):
+                probe.get(key, key_hash(key), 10)
+
+
 def test_bucket_counts_that_do_not_fit_are_corruption() -> None:
     block = build([(b"a", 5, b"x"), (b"b", 4, b"y")])
     body = block.data[: -BLOCK_FOOTER.size]

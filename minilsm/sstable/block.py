@@ -326,7 +326,10 @@ class Block:
     def entries(self) -> list[tuple[bytes, int, bytes]]:
         """Every version as ``(user_key, trailer, value)``, in block order, checking that entries tile the block.
 
-        One pass in a list comprehension's worth of Python per entry: O(n).
+        Walks the entries by their own lengths, without the offset array: the
+        n entries must end exactly where the array begins.  (Searches check
+        the array against the entries they decode, and ``minilsm check``
+        rebuilds every block.)  One pass, a few C calls per entry: O(n).
         """
         data = self.data
         unpack = ENTRY_HEADER.unpack_from
@@ -335,13 +338,12 @@ class Block:
         h = _HEADER_SIZE
         pos = 0
         try:
-            for o in self.offsets:
-                if o != pos:
-                    raise CorruptionError(f"data block: entry at {o} does not start where the previous one ends")
-                key_len, value_len, trailer = unpack(data, o)
-                v = o + h + key_len  # where the value starts
+            for _ in range(self.count):
+                key_len, value_len, trailer = unpack(data, pos)
+                k = pos + h  # where the key starts
+                v = k + key_len  # where the value starts
                 pos = v + value_len
-                append((data[o + h : v], trailer, data[v:pos]))
+                append((data[k:v], trailer, data[v:pos]))
         except struct.error as e:
             raise CorruptionError("data block: entry header runs past the block") from e
         if pos != self.limit:

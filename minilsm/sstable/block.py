@@ -162,8 +162,9 @@ class Block:
     Construction checks the count, bucket count and the first and last offsets
     against the block size (O(1)).  A point read that its hash index settles
     then reads the two offsets it needs straight from the bytes; a binary
-    search or a scan decodes the whole offset array once (O(n) in C) and the
-    block keeps it.  The checksum has already vouched for the bytes, so
+    search or an entry-at-a-time scan (`versions`) decodes the whole offset
+    array once (O(n) in C) and the block keeps it, and a whole-block decode
+    (`entries`) needs none of it.  The checksum has already vouched for the bytes, so
     entries and buckets are bounds-checked only when used; malformed
     structure that slips through surfaces as `CorruptionError`, never as a
     wrong-typed exception.

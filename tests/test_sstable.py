@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from unittest import mock
 
@@ -734,10 +734,8 @@ def test_a_table_of_format_version_1_is_refused_by_name(tmp: str) -> None:
     assert e.value.path == path
 
 
-def test_verify_finds_a_forged_hash_bucket(tmp: str) -> None:
-    # A bucket that points at another key's entry, in a block resealed so its checksum passes:
-    # reads stay safe (the key is missed, nothing raises another error) and verify reports it.
-    entries = simple_entries(20)
+def forge_first_block(tmp: str, entries: list[Entry], forge: Callable[[bytearray, Block], None]) -> bytes:
+    """Write `entries` as table 1 in one block, let `forge` change that block, reseal its checksum; its contents."""
     build(tmp, entries, block_size=1 << 16)
     path = os.path.join(tmp, "000001.sst")
     reader = open_table(tmp)
@@ -745,43 +743,46 @@ def test_verify_finds_a_forged_hash_bucket(tmp: str) -> None:
     reader.close()
     with open(path, "r+b") as f:
         data = bytearray(f.read())
-    block = Block(bytes(data[:size]))
-    key = entries[5][0]
-    bucket = block.buckets_at + key_hash(key)[1] % block.num_buckets
-    assert data[bucket] == 5
-    data[bucket] = 6
+    forge(data, Block(bytes(data[:size])))
     BLOCK_TRAILER.pack_into(data, size, BLOCK_DATA, xxhash.xxh3_64_intdigest(bytes(data[:size]), BLOCK_DATA))
     with open(path, "wb") as f:
         f.write(data)
+    return bytes(data[:size])
+
+
+def test_verify_finds_a_forged_hash_bucket(tmp: str) -> None:
+    # A bucket that points at another key's entry, in a block resealed so its checksum passes:
+    # reads stay safe (the key is missed, nothing raises another error) and verify reports it.
+    entries = simple_entries(20)
+    key = entries[5][0]
+
+    def point_elsewhere(data: bytearray, block: Block) -> None:
+        bucket = block.buckets_at + key_hash(key)[1] % block.num_buckets
+        assert data[bucket] == 5
+        data[bucket] = 6
+
+    forge_first_block(tmp, entries, point_elsewhere)
     reader = open_table(tmp)
     assert reader.get(entries[6][0], key_hash(entries[6][0]), MAX_SEQUENCE) == (KIND_VALUE, entries[6][2])
     reader.get(key, key_hash(key), MAX_SEQUENCE)
     with pytest.raises(CorruptionError, match="hash index differs") as e:
         reader.verify()
-    assert e.value.path == path
+    assert e.value.path == os.path.join(tmp, "000001.sst")
 
 
 def test_verify_finds_a_forged_offset_array(tmp: str) -> None:
     # An offset that points at the next entry, in a block resealed so its checksum passes: a whole-block
     # scan does not read the array, so `verify` must find it by rebuilding the block.
     entries = simple_entries(20)
-    build(tmp, entries, block_size=1 << 16)
-    path = os.path.join(tmp, "000001.sst")
-    reader = open_table(tmp)
-    size = reader._sizes[0] - BLOCK_TRAILER_SIZE
-    reader.close()
-    with open(path, "r+b") as f:
-        data = bytearray(f.read())
-    block = Block(bytes(data[:size]))
-    struct.pack_into("<I", data, block.limit + 4 * 5, block.offsets[6])
-    BLOCK_TRAILER.pack_into(data, size, BLOCK_DATA, xxhash.xxh3_64_intdigest(bytes(data[:size]), BLOCK_DATA))
-    with open(path, "wb") as f:
-        f.write(data)
-    reader = open_table(tmp)
-    assert Block(bytes(data[:size])).entries() == entries
+
+    def skip_an_entry(data: bytearray, block: Block) -> None:
+        struct.pack_into("<I", data, block.limit + 4 * 5, block.offsets[6])
+
+    contents = forge_first_block(tmp, entries, skip_an_entry)
+    assert Block(contents).entries() == entries
     with pytest.raises(CorruptionError, match="offset array or hash index differs") as e:
-        reader.verify()
-    assert e.value.path == path
+        open_table(tmp).verify()
+    assert e.value.path == os.path.join(tmp, "000001.sst")
 
 
 @settings(max_examples=40)

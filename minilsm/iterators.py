@@ -8,8 +8,9 @@ Scans use `merge_visible`: one generator that merges the sources with a heap
 and keeps, for each user key, the newest version visible at the read's
 sequence number, hiding tombstones.  Its heap compares user keys, and whole
 entries on a tie, which heapq does in C, instead of calling a Python key
-function per version; so its output is sorted by user key only, a key's versions coming out together in no
-set order, and it picks the largest visible trailer of each such run.  Reverse
+function per version; so its output is sorted by user key only, a key's
+versions coming out together in no set order, and it picks the largest
+visible trailer of each such run.  Reverse
 scans merge the sources' reversed streams (user key descending) the same way.
 A `ScanHandle` lets the store end a scan from outside when it closes, at no
 cost per key (see there).

@@ -163,11 +163,11 @@ class Block:
     against the block size (O(1)).  A point read that its hash index settles
     then reads the two offsets it needs straight from the bytes; a binary
     search or an entry-at-a-time scan (`versions`) decodes the whole offset
-    array once (O(n) in C) and the block keeps it, and a whole-block decode
-    (`entries`) needs none of it.  The checksum has already vouched for the bytes, so
-    entries and buckets are bounds-checked only when used; malformed
-    structure that slips through surfaces as `CorruptionError`, never as a
-    wrong-typed exception.
+    array once (O(n) in C) and the block keeps it; a whole-block decode
+    (`entries`) needs none of it.  The checksum has already vouched for the
+    bytes, so entries and buckets are bounds-checked only when used;
+    malformed structure that slips through surfaces as `CorruptionError`,
+    never as a wrong-typed exception.
     """
 
     __slots__ = ("_offsets", "buckets_at", "count", "data", "limit", "num_buckets")

@@ -10,10 +10,9 @@ sequence number, hiding tombstones.  Its heap compares user keys, and whole
 entries on a tie, which heapq does in C, instead of calling a Python key
 function per version; so its output is sorted by user key only, a key's
 versions coming out together in no set order, and it picks the largest
-visible trailer of each such run.  Reverse
-scans merge the sources' reversed streams (user key descending) the same way.
-A `ScanHandle` lets the store end a scan from outside when it closes, at no
-cost per key (see there).
+visible trailer of each such run.  Reverse scans merge the sources' reversed
+streams (user key descending) the same way.  A `ScanHandle` lets the store end
+a scan from outside when it closes, at no cost per key (see there).
 Compaction needs internal order proper, so it keeps `merge` (`heapq.merge`
 keyed on the user key, with sources newest first; O(log s) per version for s
 sources).

@@ -737,7 +737,7 @@ def test_a_table_of_format_version_1_is_refused_by_name(tmp: str) -> None:
 def forge_first_block(tmp: str, entries: list[Entry], forge: Callable[[bytearray, Block], None]) -> bytes:
     """Write `entries` as table 1 in one block, let `forge` change that block, reseal its checksum; its contents."""
     build(tmp, entries, block_size=1 << 16)
-    path = os.path.join(tmp, "000001.sst")
+    path = table_path(tmp, 1)
     reader = open_table(tmp)
     size = reader._sizes[0] - BLOCK_TRAILER_SIZE
     reader.close()
@@ -767,7 +767,7 @@ def test_verify_finds_a_forged_hash_bucket(tmp: str) -> None:
     reader.get(key, key_hash(key), MAX_SEQUENCE)
     with pytest.raises(CorruptionError, match="hash index differs") as e:
         reader.verify()
-    assert e.value.path == os.path.join(tmp, "000001.sst")
+    assert e.value.path == table_path(tmp, 1)
 
 
 def test_verify_finds_a_forged_offset_array(tmp: str) -> None:
@@ -782,7 +782,7 @@ def test_verify_finds_a_forged_offset_array(tmp: str) -> None:
     assert Block(contents).entries() == entries
     with pytest.raises(CorruptionError, match="offset array or hash index differs") as e:
         open_table(tmp).verify()
-    assert e.value.path == os.path.join(tmp, "000001.sst")
+    assert e.value.path == table_path(tmp, 1)
 
 
 @settings(max_examples=40)

@@ -75,6 +75,44 @@ def test_entries_round_trip(entries: list[Entry]) -> None:
         assert block.key_at(i) == key
 
 
+@st.composite
+def fixed_width_entries(draw: st.DrawFn) -> list[Entry]:
+    """1..60 versions whose keys share one length and whose values share another (the empty key included)."""
+    key_len, value_len = draw(st.integers(0, 6)), draw(st.integers(0, 40))
+    width = st.binary(min_size=key_len, max_size=key_len)
+    keys = draw(st.lists(width, min_size=1, max_size=25, unique=True))
+    out: list[Entry] = []
+    for key in sorted(keys):
+        trailers = draw(st.lists(st.integers(0, (1 << 64) - 1), min_size=1, max_size=4, unique=True))
+        for trailer in sorted(trailers, reverse=True):
+            out.append((key, trailer, draw(st.binary(min_size=value_len, max_size=value_len))))
+    return out
+
+
+@given(fixed_width_entries())
+def test_fixed_width_blocks_decode_as_the_walk_does(entries: list[Entry]) -> None:
+    # `entries` decodes these in one struct call; `versions` goes entry by entry through the offset array.
+    block = build(entries)
+    assert block.entries() == entries == list(block.versions(0, block.count))
+
+
+def test_fixed_width_decode_is_not_taken_when_a_length_differs() -> None:
+    entries: list[Entry] = [(b"k%d" % i, 10 - i, b"value %d" % i) for i in range(6)]  # 2-byte keys, 7-byte values
+    block = build(entries)
+    # Entry 3 claims a 3-byte key and a 6-byte value: the same width, so the entries still tile the
+    # block at the same offsets, but walking the lengths splits entry 3 otherwise.
+    data = bytearray(block.data)
+    struct.pack_into("<II", data, block.offsets[3], 3, 6)
+    forged = Block(bytes(data))
+    walked = list(forged.versions(0, forged.count))
+    assert walked[3] == (b"k3v", 7, b"alue 3") != entries[3]
+    assert forged.entries() == walked
+    # Claiming a longer value alone breaks the tiling, which the walk reports.
+    struct.pack_into("<II", data, block.offsets[3], 2, 8)
+    with pytest.raises(CorruptionError, match="runs past the block"):
+        Block(bytes(data)).entries()
+
+
 @given(sorted_entries(), st.binary(max_size=12), st.integers(0, (1 << 64) - 1))
 def test_seek_matches_bisect_over_internal_order(entries: list[Entry], key: bytes, trailer: int) -> None:
     block = build(entries)

@@ -32,7 +32,9 @@ import math
 import struct
 import sys
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import lru_cache
+from operator import itemgetter
 from typing import Final
 
 from minilsm.bloom import KeyHash
@@ -330,16 +332,26 @@ class Block:
         Walks the entries by their own lengths, without the offset array: the
         n entries must end exactly where the array begins.  (Searches check
         the array against the entries they decode, and ``minilsm check``
-        rebuilds every block.)  One pass, a few C calls per entry: O(n).
+        rebuilds every block.)  One pass, a few Python steps per entry: O(n).
+        A block of fixed-width entries (every key one length, every value one
+        length, as fixed-size records give) is decoded by one `struct` call
+        instead, with the same result: about 200 ns an entry against 260.
         """
         data = self.data
+        count = self.count
+        limit = self.limit
+        # The first entry's lengths, were every entry to share them, would tile the entries exactly.
+        key_len, value_len = _U32_PAIR.unpack_from(data, 0)  # the constructor checked limit >= 16 * count
+        stride = _HEADER_SIZE + key_len + value_len
+        if stride * count == limit and _same_lengths(data, stride, limit, count):
+            return list(map(_ENTRY_ORDER, _fixed_width(key_len, value_len)(memoryview(data)[:limit])))
         unpack = ENTRY_HEADER.unpack_from
         out: list[tuple[bytes, int, bytes]] = []
         append = out.append
         h = _HEADER_SIZE
         pos = 0
         try:
-            for _ in range(self.count):
+            for _ in range(count):
                 key_len, value_len, trailer = unpack(data, pos)
                 k = pos + h  # where the key starts
                 v = k + key_len  # where the value starts
@@ -347,6 +359,30 @@ class Block:
                 append((data[k:v], trailer, data[v:pos]))
         except struct.error as e:
             raise CorruptionError("data block: entry header runs past the block") from e
-        if pos != self.limit:
-            raise CorruptionError(f"data block: entries end at {pos}, the offset array starts at {self.limit}")
+        if pos != limit:
+            raise CorruptionError(f"data block: entries end at {pos}, the offset array starts at {limit}")
         return out
+
+
+def _same_lengths(data: bytes, stride: int, limit: int, count: int) -> bool:
+    """Whether the entries' 8 length bytes are the first entry's at every multiple of `stride` below `limit`.
+
+    Then walking the entries by their lengths would land on exactly those
+    multiples, so a fixed-width decode gives what the walk gives.  Eight
+    strided slices, compared in C: O(n), a few nanoseconds an entry.
+    """
+    # A loop, not all() over a generator: this runs once a block, and the generator costs a third more.
+    for j in range(8):  # noqa: SIM110
+        if data[j:limit:stride] != data[j : j + 1] * count:
+            return False
+    return True
+
+
+_ENTRY_ORDER: Final = itemgetter(1, 0, 2)
+"""(trailer, key, value), as a fixed-width decode yields it, to the (key, trailer, value) of an entry."""
+
+
+@lru_cache(maxsize=64)
+def _fixed_width(key_len: int, value_len: int) -> Callable[[memoryview], Iterator[tuple[int, bytes, bytes]]]:
+    """`iter_unpack` of entries with these lengths: skip the two lengths, then trailer, key and value."""
+    return struct.Struct(f"<8xQ{key_len}s{value_len}s").iter_unpack

@@ -7,6 +7,7 @@ import tempfile
 
 import minilsm
 from minilsm.db import DB
+from minilsm.fs import FileSystem, RandomAccessFile
 
 
 def crash(db: DB) -> None:
@@ -75,3 +76,30 @@ def fast_tmp_dir() -> tempfile.TemporaryDirectory[str]:
 
 
 __all__ = ["check_invariants", "crash", "fast_tmp_dir", "minilsm", "small_options"]
+
+
+class LoggedFile:
+    """A file opened for reading that appends ``(path, offset, size)`` to `log` for every pread."""
+
+    def __init__(self, file: RandomAccessFile, log: list[tuple[str, int, int]], path: str) -> None:
+        self._file, self._log, self._path = file, log, path
+
+    def pread(self, offset: int, size: int) -> bytes:
+        self._log.append((self._path, offset, size))
+        return self._file.pread(offset, size)
+
+    def size(self) -> int:
+        return self._file.size()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class PreadLog(FileSystem):
+    """Logs every pread of every file opened for reading, in `reads`: the ground truth of disk reads."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, int, int]] = []
+
+    def open_random(self, path: str) -> RandomAccessFile:
+        return LoggedFile(super().open_random(path), self.reads, path)

@@ -17,36 +17,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from storeutil import fast_tmp_dir
+from storeutil import LoggedFile, PreadLog, fast_tmp_dir
 
 import minilsm.demo as demo
 from minilsm.db import DB
 from minilsm.fs import FileSystem, RandomAccessFile
-
-
-class CountingFile:
-    def __init__(self, file: RandomAccessFile, count: Counter[str], path: str) -> None:
-        self._file, self._count, self._path = file, count, path
-
-    def pread(self, offset: int, size: int) -> bytes:
-        self._count[self._path] += 1
-        return self._file.pread(offset, size)
-
-    def size(self) -> int:
-        return self._file.size()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class CountingFS(FileSystem):
-    """Counts every pread of every file opened for reading."""
-
-    def __init__(self) -> None:
-        self.preads: Counter[str] = Counter()
-
-    def open_random(self, path: str) -> RandomAccessFile:
-        return CountingFile(super().open_random(path), self.preads, path)
 
 
 def versions_by_table(db: DB) -> dict[int, dict[bytes, list[int]]]:
@@ -84,7 +59,7 @@ def expected_outcomes(db: DB, held: dict[int, dict[bytes, list[int]]], key: byte
 @pytest.mark.parametrize("seed", [1, 2])
 def test_counters_match_the_key_sets_and_the_preads(seed: int) -> None:
     rng = random.Random(seed)
-    fs = CountingFS()
+    fs = PreadLog()
     with fast_tmp_dir() as d:
         opts: dict[str, Any] = dict(
             bits_per_key=3,  # many false positives to tell apart from true ones
@@ -124,9 +99,9 @@ def test_counters_match_the_key_sets_and_the_preads(seed: int) -> None:
                 snap = rng.choice([*snapshots, None])
                 seq = db.last_sequence if snap is None else snap.sequence
                 outcomes = expected_outcomes(db, held, k, seq)
-                before = sum(fs.preads.values())
+                before = len(fs.reads)
                 (db if snap is None else snap).get(k)
-                preads += sum(fs.preads.values()) - before
+                preads += len(fs.reads) - before
                 for number, outcome in outcomes:
                     per_table[number][outcome] += 1
                     totals[outcome] += 1
@@ -156,11 +131,11 @@ def test_counters_match_the_key_sets_and_the_preads(seed: int) -> None:
 
 
 def test_demo_figures_match_the_key_sets_and_the_preads(monkeypatch: pytest.MonkeyPatch) -> None:
-    preads = Counter[str]()
+    reads: list[tuple[str, int, int]] = []
     real_open = FileSystem.open_random
 
     def open_random(self: FileSystem, path: str) -> RandomAccessFile:
-        return CountingFile(real_open(self, path), preads, path)
+        return LoggedFile(real_open(self, path), reads, path)
 
     monkeypatch.setattr(FileSystem, "open_random", open_random)
     truth: list[dict[str, Any]] = []
@@ -176,9 +151,9 @@ def test_demo_figures_match_the_key_sets_and_the_preads(monkeypatch: pytest.Monk
                 outcomes[outcome] += 1
                 if outcome in ("negative", "false"):
                     expected_fp += filters[number].expected_fpr()
-        before = sum(preads.values())
+        before = len(reads)
         phase = real_phase(db, numbers, hit)
-        truth.append({"outcomes": outcomes, "preads": sum(preads.values()) - before, "expected_fp": expected_fp})
+        truth.append({"outcomes": outcomes, "preads": len(reads) - before, "expected_fp": expected_fp})
         return phase
 
     monkeypatch.setattr(demo, "_read_phase", read_phase)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import chain
 from unittest import mock
@@ -13,11 +14,12 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from storeutil import PreadLog
 
 from minilsm.bloom import key_hash
 from minilsm.cache import ClockCache, TableFileCache
 from minilsm.errors import ClosedError, CorruptionError
-from minilsm.fs import FileSystem, RandomAccessFile, WritableFile
+from minilsm.fs import FileSystem, RandomAccessFile, WritableFile, read_ahead
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
 from minilsm.sstable import TableBuilder, TableMeta, TableReader, parse_table_file_name, table_file_name
 from minilsm.sstable.block import Block
@@ -616,6 +618,69 @@ def test_tables_read_and_fail_alike_mapped_or_not(tmp: str, mapped: bool) -> Non
     with pytest.raises(CorruptionError) as e:
         TableReader.open(FS, tmp, 1, Stats(), file_cache=TableFileCache(FS, 4, mapped=mapped))
     assert e.value.path == path
+
+
+def extents(fs: PreadLog) -> list[tuple[int, int]]:
+    """The (offset, size) of each pread logged so far."""
+    return [(offset, size) for _, offset, size in fs.reads]
+
+
+def test_read_ahead_serves_forward_reads_from_growing_windows(tmp: str) -> None:
+    path = os.path.join(tmp, "f")
+    data = os.urandom(300_000)
+    with open(path, "wb") as f:
+        f.write(data)
+    fs = PreadLog()
+    base = fs.open_random(path)
+    ahead = read_ahead(base, 200_000)
+    assert ahead.size() == len(data)
+    got = [ahead.pread(offset, 4000) for offset in range(0, 196_000, 4000)]
+    assert got == [data[o : o + 4000] for o in range(0, 196_000, 4000)]
+    # Each window starts where the read that missed asked, doubles from 16 KiB to 64 KiB, and stops at `end`.
+    assert extents(fs) == [(0, 16384), (16000, 32768), (48000, 65536), (112000, 65536), (176000, 24000)]
+    # Past `end` it reads only what is asked; past the file's end the answer is short, as pread's is.
+    assert ahead.pread(199_000, 5000) == data[199_000:204_000] and extents(fs)[-1] == (199_000, 5000)
+    assert ahead.pread(299_990, 100) == data[299_990:]
+    base.close()
+    mapped = FS.open_mapped(path)
+    assert read_ahead(mapped, 200_000) is mapped  # slices of a mapping need no window
+    mapped.close()
+
+
+def test_long_forward_scans_read_ahead_within_their_range_and_count_each_block(tmp: str) -> None:
+    entries = simple_entries(2000)
+    build(tmp, entries, block_size=256)
+    fs = PreadLog()
+    stats = Stats()
+    reader = TableReader.open(fs, tmp, 1, stats)
+    offsets, sizes = reader._offsets, reader._sizes
+    blocks = len(offsets)
+    assert blocks > 100
+    fs.reads.clear()
+    assert list(reader.iter()) == entries
+    # Every block is read, checked and counted once; the file is read in far fewer, larger reads.
+    assert (stats.block_reads, reader.block_reads) == (blocks, blocks)
+    assert extents(fs)[:3] == [(offsets[0], sizes[0]), (offsets[1], sizes[1]), (offsets[2], 16384)]
+    assert len(fs.reads) < blocks / 10
+    assert max(o + n for o, n in extents(fs)) == offsets[-1] + sizes[-1]  # never into the filter or index
+
+    # A scan of a middle range reads nothing outside the blocks it covers.
+    lo, hi = entries[500][0], entries[1500][0]
+    first, last = bisect_left(reader._last_keys, lo), bisect_left(reader._last_keys, hi)
+    fs.reads.clear()
+    assert list(reader.iter(lo, hi)) == entries[500:1500]
+    assert min(o for o, _ in extents(fs)) == offsets[first]
+    assert max(o + n for o, n in extents(fs)) == offsets[last] + sizes[last]
+    assert len(fs.reads) < (last - first) / 5
+
+    # Reverse scans and short scans read block by block.
+    fs.reads.clear()
+    assert list(reader.iter(lo, hi, reverse=True)) == entries[500:1500][::-1]
+    assert extents(fs) == [(offsets[i], sizes[i]) for i in range(last, first - 1, -1)]
+    fs.reads.clear()
+    assert next(reader.iter(lo)) == entries[500]
+    assert extents(fs) == [(offsets[first], sizes[first])]
+    reader.close()
 
 
 def test_file_cache_bounds_open_files(tmp: str) -> None:

@@ -287,7 +287,7 @@ class _ReadaheadFile:
     """A table file as one reader moving forward through it sees it: each `pread` past the window refills it.
 
     A long scan reads block after block of a table; one system call per 4 KiB
-    block costs three times what the same bytes cost in 64 KiB reads.  Like
+    block costs 3.5 times what the same bytes cost in 64 KiB reads.  Like
     RocksDB's readahead file wrapper, this reads a window from the offset asked
     for, serves the following preads by slicing it, and doubles the window at
     each refill from `_FIRST_WINDOW` up to `_MAX_WINDOW`, never past `end`.

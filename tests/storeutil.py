@@ -75,9 +75,6 @@ def fast_tmp_dir() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="minilsm-test-", dir=shm if os.access(shm, os.W_OK) else None)
 
 
-__all__ = ["check_invariants", "crash", "fast_tmp_dir", "minilsm", "small_options"]
-
-
 class LoggedFile:
     """A file opened for reading that appends ``(path, offset, size)`` to `log` for every pread."""
 
@@ -103,3 +100,6 @@ class PreadLog(FileSystem):
 
     def open_random(self, path: str) -> RandomAccessFile:
         return LoggedFile(super().open_random(path), self.reads, path)
+
+
+__all__ = ["LoggedFile", "PreadLog", "check_invariants", "crash", "fast_tmp_dir", "minilsm", "small_options"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from minilsm.batch import decode_batch, replayed_after
+from minilsm.batch import replay
 from minilsm.db import LOCK_NAME
 from minilsm.errors import CorruptionError, LockError, NotFoundError
 from minilsm.fs import DEFAULT_FS, FileSystem
@@ -194,9 +194,7 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
         log_path = f"{path}/{name}"
         try:
             result = read_log(fs.read_file(log_path), log_path, paranoid=True)
-            for r, payload in enumerate(result.records):
-                seq, ops = decode_batch(payload, log_path)
-                last_seq = replayed_after(seq, len(ops), last_seq, r, log_path)
+            last_seq = replay(result.records, last_seq, log_path)
         except (CorruptionError, OSError) as e:
             report.damage(name, _detail(e))
             continue

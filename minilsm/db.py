@@ -49,7 +49,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from minilsm import compaction, report, worker
-from minilsm.batch import WriteBatch, decode_batch, encode_batch, replayed_after
+from minilsm.batch import WriteBatch, encode_batch, replay
 from minilsm.bloom import key_hash
 from minilsm.cache import ClockCache, TableFileCache
 from minilsm.errors import (
@@ -296,14 +296,9 @@ class DB:
                 break
             replayed += 1
             dropped += result.dropped_bytes
-            for r, payload in enumerate(result.records):
-                seq, ops = decode_batch(payload, log_path)
-                replayed_seq = replayed_after(seq, len(ops), replayed_seq, r, log_path)
-                for kind, key, value in ops:
-                    mem.add(key, seq, kind, value)
-                    seq += 1
-                self._last_seq = max(self._last_seq, seq - 1)
-                records += 1
+            replayed_seq = replay(result.records, replayed_seq, log_path, mem.add)
+            self._last_seq = max(self._last_seq, replayed_seq)
+            records += len(result.records)
             if result.corruption is not None:
                 corruption = str(result.corruption)
                 # Later logs hold later writes: applying them past a hole would reorder history.

@@ -304,6 +304,19 @@ def bottom_compaction(version: Version, smallest: bytes | None, largest: bytes |
     return Compaction(bottom, bottom, inputs, [], "manual compaction of the bottom level")
 
 
+def flush_entries(memtable_entries: Iterator[Entry], snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:
+    """The versions a flush writes from a memtable: `drop_dead`'s, keeping every tombstone.
+
+    A level-0 table lies above older tables that may hold the keys a tombstone deletes, so a flush
+    never drops one (compaction drops them once nothing below can hold their keys).
+    """
+    return drop_dead(memtable_entries, snapshots, _keep_tombstones, stats)
+
+
+def _keep_tombstones(key: bytes) -> bool:
+    return False
+
+
 def drop_dead(
     versions: Iterator[Entry],
     snapshots: Sequence[int],

@@ -910,28 +910,40 @@ class DB:
             raise
         return None
 
-    def _flush_immutable(self) -> None:
+    def _flush_immutable(self, in_worker: bool = True) -> None:
         imm = self._imm
         assert imm is not None
-        self._write_level0_table(imm)
+        self._write_level0_table(imm, in_worker)
         # The new version holds the table, so readers may stop looking at _imm (in that
         # order: see the module docstring).  Only once the manifest names the table is
         # the frozen memtable's log garbage.
         self._imm = None
         self._write_manifest()
 
-    def _write_level0_table(self, mem: MemTable) -> None:
-        """Write `mem` as a new level-0 table and install it (the manifest is the caller's)."""
-        number = self._new_file_number()
-        self._pending_outputs.add(number)
+    def _write_level0_table(self, mem: MemTable, in_worker: bool = False) -> None:
+        """Write `mem` as a new level-0 table and install it (the manifest is the caller's).
+
+        With `in_worker`, a frozen memtable goes to the compaction worker if it is free (`worker.FlushJob`):
+        the table is then sorted and built on the worker's core, off this process's interpreter lock, so
+        writers go on meanwhile (LevelDB's flush runs on its background thread, which in C takes no time
+        from them).  Readers keep reading `mem` until the table is installed.  If the worker is busy,
+        unavailable or fails the job, `mem` is written here.
+        """
         snapshots = sorted(self._snapshots.values())
+        numbers: list[int] = []
         try:
             with self._unlocked():
-                entries = compaction.drop_dead(mem.entries(), snapshots, lambda key: False, self._stats)
-                metas = compaction.write_tables(entries, lambda: self._new_builder(number), None)
+                metas = None
+                if in_worker and self._worker_usable():
+                    metas = self._flush_in_worker(mem, snapshots, numbers)
+                if metas is None:
+                    entries = compaction.flush_entries(mem.entries(), snapshots, self._stats)
+                    metas = compaction.write_tables(
+                        entries, lambda: self._new_builder(self._output_number(numbers)), None
+                    )
                 readers = [self._open_table(m.number) for m in metas]
         finally:
-            self._pending_outputs.discard(number)
+            self._pending_outputs.difference_update(numbers)
         self._install_version(self._version.apply([], [(0, r) for r in readers], self.options.max_levels))
         self._stats.flushes += 1
         self._stats.flush_bytes_written += sum(m.file_size for m in metas)
@@ -953,22 +965,16 @@ class DB:
             snapshots = sorted(self._snapshots.values())
             target = opts.target_file_size if c.split_output else None
             numbers: list[int] = []
-
-            def new_number() -> int:
-                with self._number_lock():
-                    n = self._new_file_number()
-                    self._pending_outputs.add(n)
-                numbers.append(n)
-                return n
-
             try:
                 with self._unlocked():
                     metas = None
-                    if opts.compaction_worker and opts.background and type(self._fs) is FileSystem:
-                        metas = self._compact_in_worker(c, version, snapshots, target, new_number, manual)
+                    if self._worker_usable():
+                        metas = self._compact_in_worker(c, version, snapshots, target, numbers, manual)
                     if metas is None:
                         entries = compaction.compaction_entries(c, version.ranges, snapshots, self._stats)
-                        metas = compaction.write_tables(entries, lambda: self._new_builder(new_number()), target)
+                        metas = compaction.write_tables(
+                            entries, lambda: self._new_builder(self._output_number(numbers)), target
+                        )
                     readers = [self._open_table(m.number) for m in metas]
             finally:
                 self._pending_outputs.difference_update(numbers)
@@ -981,13 +987,29 @@ class DB:
         self._stats.compactions += 1
         self._write_manifest()
 
+    def _output_number(self, numbers: list[int]) -> int:
+        """A file number for a new table, kept from deletion (`_pending_outputs`) and appended to `numbers`.
+
+        Called with the mutex released in background mode: it takes it for the moment it needs.
+        """
+        with self._number_lock():
+            n = self._new_file_number()
+            self._pending_outputs.add(n)
+        numbers.append(n)
+        return n
+
+    def _worker_usable(self) -> bool:
+        """Whether flushes and compactions may go to the worker process (background mode, the real file system)."""
+        opts = self.options
+        return opts.compaction_worker and opts.background and type(self._fs) is FileSystem
+
     def _compact_in_worker(
         self,
         c: compaction.Compaction,
         version: Version,
         snapshots: list[int],
         target: int | None,
-        new_number: Callable[[], int],
+        numbers: list[int],
         manual: bool,
     ) -> list[TableMeta] | None:
         """Run compaction `c` in the worker process (see `minilsm.worker`) and move its outputs into the store.
@@ -998,34 +1020,76 @@ class DB:
         Meanwhile the background thread flushes a memtable that fills
         (`_flush_while_merging`); `compact_range`'s thread leaves that to it.
         """
+
+        def job(scratch: str) -> worker.CompactionJob:
+            return worker.CompactionJob(
+                dirname=self.path,
+                scratch=scratch,
+                level=c.level,
+                output_level=c.output_level,
+                inputs=[t.number for t in c.inputs],
+                overlaps=[t.number for t in c.overlaps],
+                snapshots=snapshots,
+                below=version.ranges,
+                drops_all_tombstones=c.drops_all_tombstones,
+                target_file_size=target,
+                block_size=self.options.block_size,
+                bits_per_key=self.options.bits_per_key,
+            )
+
+        return self._run_in_worker(job, numbers, None if manual else self._flush_while_merging, "compacting")
+
+    def _flush_in_worker(self, mem: MemTable, snapshots: list[int], numbers: list[int]) -> list[TableMeta] | None:
+        """Have the worker write the frozen `mem` (`worker.FlushJob`); None if it cannot, so the caller flushes.
+
+        Called with the mutex released, from the background thread.  A worker busy with another job (a
+        `compact_range` in another thread, another store's compaction) is not waited for.
+        """
+
+        def job(scratch: str) -> worker.FlushJob:
+            return worker.FlushJob(
+                scratch=scratch,
+                memtable=mem,
+                snapshots=snapshots,
+                block_size=self.options.block_size,
+                bits_per_key=self.options.bits_per_key,
+            )
+
+        try:
+            return self._run_in_worker(job, numbers, None, "flushing", wait=False)
+        except Exception as e:
+            # Whatever went wrong there (a full disk, say) goes wrong here too and is reported as a failed flush.
+            _log.warning("%s: the worker's flush failed (%s); flushing in-process", self.path, e)
+            return None
+
+    def _run_in_worker(
+        self,
+        job: Callable[[str], worker.CompactionJob | worker.FlushJob],
+        numbers: list[int],
+        meanwhile: Callable[[], None] | None,
+        doing: str,
+        wait: bool = True,
+    ) -> list[TableMeta] | None:
+        """Run ``job(scratch)`` in the worker and move its outputs from the scratch directory into the store.
+
+        Returns the outputs, renumbered as the store's own tables, or None if the worker is unavailable (or
+        busy, unless `wait`).  A failure of the job itself raises, as in-process.  `doing` ("compacting",
+        "flushing") names the work in the warning logged when the worker gives up.
+        """
         fs = self._fs
         scratch = f"{self.path}/{worker.scratch_name()}"
         fs.makedirs(scratch)
-        job = worker.CompactionJob(
-            dirname=self.path,
-            scratch=scratch,
-            level=c.level,
-            output_level=c.output_level,
-            inputs=[t.number for t in c.inputs],
-            overlaps=[t.number for t in c.overlaps],
-            snapshots=snapshots,
-            below=version.ranges,
-            drops_all_tombstones=c.drops_all_tombstones,
-            target_file_size=target,
-            block_size=self.options.block_size,
-            bits_per_key=self.options.bits_per_key,
-        )
         try:
             try:
-                result = worker.shared_worker().run(job, None if manual else self._flush_while_merging)
+                result = worker.shared_worker().run(job(scratch), meanwhile, wait=wait)
             except worker.WorkerUnavailableError as e:
                 if not e.said:
-                    _log.warning("%s: %s; compacting in-process instead", self.path, e)
+                    _log.warning("%s: %s; %s in-process instead", self.path, e, doing)
                 return None
             # Only the holder of the store's lock gives a table its name (see minilsm.worker).
             metas = []
             for m in result.metas:
-                n = new_number()
+                n = self._output_number(numbers)
                 fs.rename(f"{scratch}/{table_file_name(m.number)}", table_path(self.path, n))
                 metas.append(dataclasses.replace(m, number=n))
             fs.sync_dir(self.path)
@@ -1047,7 +1111,7 @@ class DB:
             return
         with _Relocked(self._mutex):
             if self._imm is not None and not self._closing and self._bg_error is None:
-                self._flush_immutable()
+                self._flush_immutable(in_worker=False)  # the worker is busy with the merge
                 self._cond.notify_all()
 
     def _unlocked(self) -> _Unlocked:

@@ -194,6 +194,20 @@ class MemTable:
         """Every version in internal order: what a flush writes to a table.  O(n) in total."""
         return self.iter()
 
+    def __getstate__(self) -> tuple[dict[bytes, list[tuple[int, bytes]]], int, int]:
+        """For pickling a frozen memtable (the compaction worker's flush): its versions, unsorted.  O(1).
+
+        The keys are sorted again where it is unpickled, by the first iterator there.  Pickle only a
+        memtable no one writes to any more.
+        """
+        return self._versions, self._count, self._size
+
+    def __setstate__(self, state: tuple[dict[bytes, list[tuple[int, bytes]]], int, int]) -> None:
+        self.__init__()  # type: ignore[misc]  # a fresh lock and key list, then the versions
+        self._versions, self._count, self._size = state
+        self._lookup = self._versions.get
+        self._pending = list(self._versions)
+
     @property
     def approximate_size(self) -> int:
         """Sum over versions of key + value + `VERSION_OVERHEAD` bytes.  O(1)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import random
 import resource
 import select
@@ -13,16 +14,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from storeutil import check_invariants, small_options
 
 from minilsm import DB, CorruptionError, worker
 from minilsm.check import check_store
+from minilsm.compaction import flush_entries
 from minilsm.fs import FileSystem
-from minilsm.keys import KIND_DELETE
+from minilsm.keys import KIND_DELETE, KIND_VALUE
+from minilsm.memtable import MemTable
+from minilsm.sstable.reader import TableReader
+from minilsm.stats import Stats
 
-FALLBACK = "compacting in-process instead"
+FALLBACK = "in-process instead"  # "compacting ..." or "flushing ...": the worker failed and the thread took over
 
 
 @pytest.fixture
@@ -132,7 +138,7 @@ def test_a_job_writes_only_into_its_scratch_directory(db_path: str) -> None:
     assert result.stats.block_reads >= sum(t.meta.num_entries > 0 for t in tables)
 
 
-def test_a_worker_that_dies_leaves_the_compaction_to_the_thread(
+def test_a_worker_that_dies_leaves_compactions_and_flushes_to_the_thread(
     db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Reads part of the job and exits: the store sees the pipe end mid-job.
@@ -287,6 +293,117 @@ def test_a_damaged_input_fails_the_job_with_the_error_the_thread_raises(
             errors.append((type(info.value), os.path.basename(table.path), info.value.detail))
     assert fresh_worker.pid is not None
     assert errors[0] == errors[1]
+
+
+def random_memtable(seed: int) -> MemTable:
+    """A memtable of random writes: overwrites and deletes of 40 keys, some keys with many versions."""
+    rnd = random.Random(seed)
+    mem = MemTable()
+    for seq in range(1, rnd.randrange(2, 200)):
+        key = b"k%03d" % rnd.randrange(40)
+        if rnd.random() < 0.25:
+            mem.add(key, seq, KIND_DELETE, b"")
+        else:
+            mem.add(key, seq, KIND_VALUE, rnd.randbytes(rnd.randrange(0, 30)))
+    return mem
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_flush_job_writes_the_versions_the_threads_flush_writes(db_path: str, seed: int) -> None:
+    """The memtable goes to the worker pickled; the table holds what a flush in the store's thread would write."""
+    mem = random_memtable(seed)
+    last_seq = len(mem)
+    snapshots = sorted(random.Random(seed).sample(range(1, last_seq + 1), k=min(3, last_seq)))
+    scratch = os.path.join(db_path, worker.scratch_name())
+    os.makedirs(scratch)
+    job = worker.FlushJob(scratch=scratch, memtable=mem, snapshots=snapshots, block_size=256, bits_per_key=10.0)
+    expected_stats = Stats()
+    expected = list(flush_entries(mem.entries(), snapshots, expected_stats))
+    result = worker.run_job(pickle.loads(pickle.dumps(job)), FileSystem())  # as it travels to the worker
+    assert [m.number for m in result.metas] == [1] and os.listdir(scratch) == ["000001.sst"]
+    table = TableReader.open(FileSystem(), scratch, 1, Stats())
+    try:
+        assert list(table.iter_entries()) == expected
+    finally:
+        table.close()
+    assert result.stats.entries_dropped_shadowed == expected_stats.entries_dropped_shadowed > 0
+    assert result.metas[0].num_entries == len(expected)
+
+
+def spy_jobs(w: worker.Worker, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The class names of the jobs `w` is given, in order."""
+    jobs: list[str] = []
+    run = w.run
+
+    def spying(job: worker.CompactionJob | worker.FlushJob, *args: Any, **kw: Any) -> worker.JobResult:
+        jobs.append(type(job).__name__)
+        return run(job, *args, **kw)
+
+    monkeypatch.setattr(w, "run", spying)
+    return jobs
+
+
+def test_frozen_memtables_are_flushed_by_the_worker(
+    db_path: str, fresh_worker: worker.Worker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = spy_jobs(fresh_worker, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="minilsm"):
+        with DB(db_path, **small_options(background=True)) as db:
+            model = load(db, seed=12)
+            snap = db.snapshot()
+            seen = dict(db.iterator())
+            load(db, seed=13, n=500, model=model)
+            db.flush()
+            db.wait_for_compactions()
+            assert db.stats().flushes >= 5
+            assert "FlushJob" in jobs and "CompactionJob" in jobs
+            assert dict(db.iterator()) == model
+            assert dict(snap.iterator()) == seen
+            check_invariants(db, sweep_first=True)
+            snap.close()
+        with DB(db_path, **small_options(background=True)) as db:
+            assert dict(db.iterator()) == model
+    assert FALLBACK not in caplog.text and "flush failed" not in caplog.text
+    assert scratch_dirs(db_path) == []
+
+
+def test_a_flush_that_fails_in_the_worker_is_done_again_by_the_thread(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    boot = worker._BOOT.replace(
+        "from minilsm.worker import main; main()",
+        "import minilsm.worker as w\n"
+        "def refuse(job, fs): raise OSError(28, 'forged: no space left on device')\n"
+        "w.run_flush = refuse; w.main()",
+    )
+    refusing = worker.Worker([sys.executable, "-c", boot])
+    monkeypatch.setattr(worker, "_shared", refusing)
+    try:
+        with caplog.at_level(logging.WARNING, logger="minilsm"):
+            with DB(db_path, **small_options(background=True)) as db:
+                model = load(db, seed=14)
+                db.wait_for_compactions()
+                assert db.stats().flushes >= 3 and db.stats().compactions > 0
+                assert dict(db.iterator()) == model
+                check_invariants(db, sweep_first=True)
+            with DB(db_path, **small_options(background=True)) as db:
+                assert dict(db.iterator()) == model
+        assert "forged: no space" in caplog.text and "flushing in-process" in caplog.text
+        assert refusing.pid is not None  # a job that failed is not the worker's failure: it serves on
+        assert FALLBACK not in caplog.text
+    finally:
+        refusing.close()
+    assert scratch_dirs(db_path) == []
+
+
+def test_a_busy_worker_is_not_waited_for_when_asked_not_to(fresh_worker: worker.Worker, db_path: str) -> None:
+    job = worker.FlushJob(scratch=db_path, memtable=random_memtable(1), snapshots=[], block_size=256, bits_per_key=10)
+    with fresh_worker._lock:  # another thread's job in hand
+        started = time.monotonic()
+        with pytest.raises(worker.WorkerUnavailableError) as info:
+            fresh_worker.run(job, wait=False)
+        assert info.value.said and time.monotonic() - started < 1
+    assert fresh_worker.pid is None
 
 
 def test_a_scratch_directory_left_by_a_crash_goes_at_the_next_open(db_path: str) -> None:

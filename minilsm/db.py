@@ -880,21 +880,24 @@ class DB:
     def _do_one_background_job(self) -> BaseException | None:
         """Flush the frozen memtable, or run one compaction if one is due (mutex held); returns its failure."""
         try:
-            if self._imm is not None:
-                self._flush_immutable()
-            else:
-                c = self._pick_compaction()
-                if c is not None:
-                    self._compacting = True
-                    started = time.monotonic()
-                    try:
-                        self._run_compaction(c, manual=False)
-                    finally:
-                        self._compacting = False
-                    if c.by_seek:
-                        finished = time.monotonic()
-                        self._seek_resume_at = finished + SEEK_PACE * (finished - started)
-                    del c
+            # Never a second compaction beside one running (`compact_range` in another thread): its inputs may be these.
+            c = None if self._compacting else self._pick_compaction()
+            # A frozen memtable goes first, as in LevelDB, unless a merge is due that the worker can run: the merge
+            # then starts, and the thread flushes beside it (`_flush_while_merging`), so both cores work.  With no
+            # merge due the worker is idle, and the flush goes to it.
+            if self._imm is not None and not (c is not None and self._worker_usable() and not c.is_trivial_move()):
+                self._flush_immutable(in_worker=c is None)
+            elif c is not None:
+                self._compacting = True
+                started = time.monotonic()
+                try:
+                    self._run_compaction(c, manual=False)
+                finally:
+                    self._compacting = False
+                if c.by_seek:
+                    finished = time.monotonic()
+                    self._seek_resume_at = finished + SEEK_PACE * (finished - started)
+            del c
             # Here, outside the job, no local still holds the version it replaced.
             self._delete_obsolete_files()
         except OSError as e:
@@ -999,9 +1002,15 @@ class DB:
         return n
 
     def _worker_usable(self) -> bool:
-        """Whether flushes and compactions may go to the worker process (background mode, the real file system)."""
+        """Whether flushes and compactions may go to the worker process: background mode, the real file system,
+        and a worker this process has not given up on."""
         opts = self.options
-        return opts.compaction_worker and opts.background and type(self._fs) is FileSystem
+        return (
+            opts.compaction_worker
+            and opts.background
+            and type(self._fs) is FileSystem
+            and not worker.shared_worker().given_up
+        )
 
     def _compact_in_worker(
         self,

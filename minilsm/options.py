@@ -53,10 +53,10 @@ class Options:
     """With `background`: merge compactions in a helper process (`minilsm.worker`, one for all the stores of this
     Python process) instead of the background thread, so that they run on a second core and do not share the
     interpreter lock with reads and writes, as LevelDB's compaction thread runs beside the writer.  A flush goes to
-    the worker too when it is free (the frozen memtable sent pickled); while the worker merges, the thread flushes.
-    Used only with the real file system (`fs` a plain `FileSystem`); if the worker cannot start or dies, the job runs
-    in the thread instead.  bench/RESULTS.md ("The compaction worker", "Flushes in the worker") measures what it
-    buys."""
+    the worker too when no merge is due (the frozen memtable sent pickled); while the worker merges, the thread
+    flushes.  Used only with the real file system (`fs` a plain `FileSystem`); if the worker cannot start or dies,
+    the job runs in the thread instead.  bench/RESULTS.md ("The compaction worker", "Flushes in the worker")
+    measures what it buys."""
 
     # -- opening --
     create_if_missing: bool = True

@@ -17,9 +17,10 @@ compaction to another process, as plain data:
 * the store takes the outputs' numbers, renames them into place, and installs
   them as it would its own.
 
-A flush goes the same way when the worker is free (`FlushJob`): the frozen
+A flush goes the same way when no merge is due (`FlushJob`): the frozen
 memtable travels pickled, unsorted, and the worker sorts it and writes the
 table, so the store's process spends about a fifth of a flush's time on it.
+(While the worker merges, the store flushes in its own thread, beside it.)
 
 Only the lock holder names a table file, so a worker left running by a store
 process that died (it ends within about a second of that process, even in the
@@ -212,12 +213,19 @@ class Worker:
         While the job runs, `meanwhile()` is called every `MEANWHILE_EVERY`
         seconds (the store flushes a memtable that filled meanwhile, as LevelDB
         does in the middle of a long compaction).  If it raises, the job is
-        abandoned (the worker killed) and its exception propagates.  Without
-        `wait`, a worker busy with another thread's job raises
+        abandoned (the worker killed) and its exception propagates.  It is
+        also called while another thread's job (another store's) keeps the
+        worker busy.  Without `wait`, a busy worker raises
         `WorkerUnavailableError` (``said=True``: nothing to report) at once.
         """
-        if not self._lock.acquire(blocking=wait):
-            raise WorkerUnavailableError("the compaction worker is busy", said=True)
+        if not wait:
+            if not self._lock.acquire(blocking=False):
+                raise WorkerUnavailableError("the compaction worker is busy", said=True)
+        elif meanwhile is None:
+            self._lock.acquire()
+        else:
+            while not self._lock.acquire(timeout=MEANWHILE_EVERY):  # another thread's job in hand
+                meanwhile()
         try:
             if self._failures >= MAX_FAILURES:
                 raise WorkerUnavailableError("the compaction worker is given up", said=True)
@@ -341,6 +349,11 @@ class Worker:
         if proc is None:
             return set()
         return {f.fileno() for f in (proc.stdin, proc.stdout) if f is not None and not f.closed}
+
+    @property
+    def given_up(self) -> bool:
+        """True once `MAX_FAILURES` failures in a row have made this process stop starting workers."""
+        return self._failures >= MAX_FAILURES
 
     @property
     def pid(self) -> int | None:

@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -404,6 +405,26 @@ def test_a_busy_worker_is_not_waited_for_when_asked_not_to(fresh_worker: worker.
             fresh_worker.run(job, wait=False)
         assert info.value.said and time.monotonic() - started < 1
     assert fresh_worker.pid is None
+
+
+def test_a_job_waiting_for_another_threads_job_does_its_meanwhile_work(
+    fresh_worker: worker.Worker, db_path: str
+) -> None:
+    """Another store's job in hand: the waiting store still flushes a memtable that fills (its `meanwhile`)."""
+    scratch = os.path.join(db_path, worker.scratch_name())
+    os.makedirs(scratch)
+    job = worker.FlushJob(scratch=scratch, memtable=random_memtable(2), snapshots=[], block_size=256, bits_per_key=10)
+    calls: list[float] = []
+    results: list[worker.JobResult] = []
+    with fresh_worker._lock:
+        waiter = threading.Thread(target=lambda: results.append(fresh_worker.run(job, lambda: calls.append(1.0))))
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) >= 3, "meanwhile was not called while the worker was busy"
+    waiter.join(10)
+    assert [m.number for m in results[0].metas] == [1]
 
 
 def test_a_scratch_directory_left_by_a_crash_goes_at_the_next_open(db_path: str) -> None:

@@ -87,6 +87,10 @@ lock with the reads: at 10M keys, unpaced seek compactions ran back to back for 
 reads went at a tenth of their rate (bench/RESULTS.md, "Seek compaction at 10M keys").  The compaction worker
 takes that off the reads (0.99 of their rate at 1M, "The compaction worker"); the pace still bounds what reads
 cost a machine with one core.  Size-triggered compactions are never held back."""
+WORKER_FLUSH_MAX_BYTES: Final = 16 << 20
+"""The largest frozen memtable (`MemTable.approximate_size`) sent to the compaction worker to flush.  Pickling it
+is one C call that holds the interpreter lock throughout, 17 ms for the default 4 MiB memtable and 79 ms for
+16 MiB; a larger one is flushed in the background thread, whose work lets other threads in every 5 ms."""
 _log = logging.getLogger("minilsm")
 
 _MISSING: Any = object()
@@ -878,14 +882,17 @@ class DB:
         self._check_writable()
 
     def _do_one_background_job(self) -> BaseException | None:
-        """Flush the frozen memtable, or run one compaction if one is due (mutex held); returns its failure."""
+        """Flush the frozen memtable, or run one compaction if one is due (mutex held); returns its failure.
+
+        A frozen memtable goes first, as in LevelDB, unless a merge is due that the worker can run: the merge
+        then starts, and this thread flushes beside it (`_flush_while_merging`), so that both cores work.
+        With no merge due the worker would idle, and the flush goes to it.
+        """
         try:
             # Never a second compaction beside one running (`compact_range` in another thread): its inputs may be these.
             c = None if self._compacting else self._pick_compaction()
-            # A frozen memtable goes first, as in LevelDB, unless a merge is due that the worker can run: the merge
-            # then starts, and the thread flushes beside it (`_flush_while_merging`), so both cores work.  With no
-            # merge due the worker is idle, and the flush goes to it.
-            if self._imm is not None and not (c is not None and self._worker_usable() and not c.is_trivial_move()):
+            merge_first = c is not None and not c.is_trivial_move() and self._worker_usable()
+            if self._imm is not None and not merge_first:
                 self._flush_immutable(in_worker=c is None)
             elif c is not None:
                 self._compacting = True
@@ -913,7 +920,7 @@ class DB:
             raise
         return None
 
-    def _flush_immutable(self, in_worker: bool = True) -> None:
+    def _flush_immutable(self, in_worker: bool) -> None:
         imm = self._imm
         assert imm is not None
         self._write_level0_table(imm, in_worker)
@@ -926,7 +933,8 @@ class DB:
     def _write_level0_table(self, mem: MemTable, in_worker: bool = False) -> None:
         """Write `mem` as a new level-0 table and install it (the manifest is the caller's).
 
-        With `in_worker`, a frozen memtable goes to the compaction worker if it is free (`worker.FlushJob`):
+        With `in_worker`, a frozen memtable of at most `WORKER_FLUSH_MAX_BYTES` goes to the compaction worker if
+        it is free (`worker.FlushJob`):
         the table is then sorted and built on the worker's core, off this process's interpreter lock, so
         writers go on meanwhile (LevelDB's flush runs on its background thread, which in C takes no time
         from them).  Readers keep reading `mem` until the table is installed.  If the worker is busy,
@@ -937,7 +945,7 @@ class DB:
         try:
             with self._unlocked():
                 metas = None
-                if in_worker and self._worker_usable():
+                if in_worker and mem.approximate_size <= WORKER_FLUSH_MAX_BYTES and self._worker_usable():
                     metas = self._flush_in_worker(mem, snapshots, numbers)
                 if metas is None:
                     entries = compaction.flush_entries(mem.entries(), snapshots, self._stats)

@@ -21,6 +21,7 @@ import pytest
 from storeutil import check_invariants, small_options
 
 from minilsm import DB, CorruptionError, worker
+from minilsm import db as db_module
 from minilsm.check import check_store
 from minilsm.compaction import flush_entries
 from minilsm.fs import FileSystem
@@ -366,6 +367,20 @@ def test_frozen_memtables_are_flushed_by_the_worker(
             assert dict(db.iterator()) == model
     assert FALLBACK not in caplog.text and "flush failed" not in caplog.text
     assert scratch_dirs(db_path) == []
+
+
+def test_a_memtable_too_large_to_pickle_at_once_is_flushed_by_the_thread(
+    db_path: str, fresh_worker: worker.Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pickling holds the interpreter lock throughout: past `WORKER_FLUSH_MAX_BYTES` the thread flushes."""
+    jobs = spy_jobs(fresh_worker, monkeypatch)
+    monkeypatch.setattr(db_module, "WORKER_FLUSH_MAX_BYTES", 1000)  # below small_options' 2048-byte memtables
+    with DB(db_path, **small_options(background=True)) as db:
+        model = load(db, seed=15)
+        db.wait_for_compactions()
+        assert db.stats().flushes >= 3 and "CompactionJob" in jobs
+        assert "FlushJob" not in jobs
+        assert dict(db.iterator()) == model
 
 
 def test_a_flush_that_fails_in_the_worker_is_done_again_by_the_thread(

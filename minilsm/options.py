@@ -55,7 +55,7 @@ class Options:
     interpreter lock with reads and writes, as LevelDB's compaction thread runs beside the writer.  A flush goes to
     the worker too when no merge is due (the frozen memtable sent pickled); while the worker merges, the thread
     flushes.  Used only with the real file system (`fs` a plain `FileSystem`); if the worker cannot start or dies,
-    the job runs in the thread instead.  bench/RESULTS.md ("The compaction worker", "Flushes in the worker")
+    the job runs in the thread instead.  bench/RESULTS.md ("The compaction worker", "Loads: flushes in the worker")
     measures what it buys."""
 
     # -- opening --

@@ -175,8 +175,12 @@ def run_flush(job: FlushJob, fs: FileSystem) -> JobResult:
     """Write the job's memtable as one table into the scratch directory, as the store's own flush does."""
     stats = Stats()
     entries = flush_entries(job.memtable.entries(), job.snapshots, stats)
-    builder = TableBuilder(fs, job.scratch, 1, block_size=job.block_size, bits_per_key=job.bits_per_key)
-    return JobResult(write_tables(entries, lambda: builder, None), stats)
+    metas = write_tables(
+        entries,
+        lambda: TableBuilder(fs, job.scratch, 1, block_size=job.block_size, bits_per_key=job.bits_per_key),
+        None,
+    )
+    return JobResult(metas, stats)
 
 
 class WorkerUnavailableError(Exception):
@@ -227,7 +231,7 @@ class Worker:
             while not self._lock.acquire(timeout=MEANWHILE_EVERY):  # another thread's job in hand
                 meanwhile()
         try:
-            if self._failures >= MAX_FAILURES:
+            if self.given_up:
                 raise WorkerUnavailableError("the compaction worker is given up", said=True)
             try:
                 proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()

@@ -114,7 +114,7 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
                 report.note(name, "table not in the manifest (left by a crash; the next open deletes it)")
             elif is_scratch_name(name):
                 report.note(name, "a compaction worker's scratch directory (left by a crash; the next open deletes it)")
-            elif name.endswith(TEMP_SUFFIX):
+            elif _is_store_temp_file(name):
                 report.note(name, "temporary file (left by a crash; the next open deletes it)")
         return report
     finally:
@@ -127,6 +127,15 @@ def _count(n: int, what: str) -> str:
 
 def _is_store_file(name: str) -> bool:
     return parse_table_file_name(name) is not None or parse_log_file_name(name) is not None
+
+
+def _is_store_temp_file(name: str) -> bool:
+    """A temporary name the store itself writes (a table, log or manifest being made), which an open deletes.
+
+    Any other ``.tmp`` file is not the store's, and the store leaves it alone, as every foreign file.
+    """
+    base = name.removesuffix(TEMP_SUFFIX)
+    return base != name and (base == MANIFEST_NAME or _is_store_file(base))
 
 
 def _check_manifest(fs: FileSystem, path: str, names: list[str], report: CheckReport) -> ManifestState | None:

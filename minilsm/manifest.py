@@ -29,7 +29,6 @@ MANIFEST_NAME: Final = "MANIFEST"
 _MAGIC: Final = b"MLSMMANI"
 _FORMAT_VERSION: Final = 1
 _HEADER: Final = struct.Struct("<8sIIQ")  # magic, format version, body length, xxh64(body)
-MAX_MANIFEST_BODY: Final = 256 << 20
 
 
 @dataclass

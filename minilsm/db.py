@@ -121,7 +121,8 @@ class DB:
     Options come as an `Options` object, keyword arguments, or both (keywords win).
     Keys and values are `bytes`; the empty key is valid.  A `DB` is safe to share
     between threads.  Only one `DB` may have a directory open at a time, across
-    processes too (`LockError`).
+    processes too (`LockError`).  In a child process forked while the store was
+    open, the store is closed (`ClosedError`): it stays the parent's.
     """
 
     # -- opening and closing -------------------------------------------------------
@@ -136,6 +137,7 @@ class DB:
         self._closed = True
         self._closing = False
         self._close_running = False  # a close() is under way (`_closing` stays set if an interrupt stops it)
+        self._forked_from: int | None = None  # in a forked child: the pid of the process that opened the store
         self._bg_error: BaseException | None = None
         self._bg_thread: threading.Thread | None = None
         self._compacting = False
@@ -193,6 +195,7 @@ class DB:
             # Every file operation of an open (and of the recovery it runs) reports as a minilsm error.
             raise StoreIOError(f"{path}: opening the store failed: {e}") from e
         self._closed = False
+        _open_stores.add(self)
         if self.options.background:
             # The thread holds the store weakly, so that one dropped without close() is still freed (`__del__`).
             self._bg_thread = threading.Thread(
@@ -376,11 +379,7 @@ class DB:
             for v in list(self._versions):
                 for _, table in v.tables():
                     table.close()
-            closed = f"{self.path}: the store is closed"
-            for ref in list(self._pins):
-                pin = ref()
-                if pin is not None:
-                    pin.cancel(closed)
+            self._cancel_iterators()
             self._file_cache.close()
             if self._block_cache is not None:
                 self._block_cache.clear()
@@ -389,6 +388,49 @@ class DB:
             self._closed = True
             self._closing = False
             self._cond.notify_all()
+
+    def _cancel_iterators(self) -> None:
+        """End every live iterator: its next step raises `ClosedError`."""
+        message = str(self._closed_error())
+        for ref in list(self._pins):
+            pin = ref()
+            if pin is not None:
+                pin.cancel(message)
+
+    def _closed_error(self) -> ClosedError:
+        if self._forked_from is not None:
+            return ClosedError(
+                f"{self.path}: the store was opened by process {self._forked_from}, which this process was forked "
+                "from; the store stays that process's, so open it here only once that process has closed it"
+            )
+        return ClosedError(f"{self.path}: the store is closed")
+
+    def _forget_after_fork(self) -> None:
+        """In a child process forked while the store was open: the store stays the parent's, and is closed here.
+
+        The child has copies of the store's state, of its open files and of its
+        lock on the directory (a `flock`, which the two processes share).  Had the
+        child used them, it would write into the parent's log, and a sweep of
+        obsolete files by its stale version (an iterator let go, a close) would
+        delete the parent's newer tables.  So every call raises `ClosedError`
+        here; the mutex (which a parent thread may have held at the fork, and
+        which no thread here would ever release) is a new one, so that a close or
+        a dropped iterator does not hang; and the child's copy of the lock and of
+        the log close without unlocking or writing (see `fs`).  As LevelDB and
+        SQLite say of theirs: open the store in the process that uses it.
+        """
+        self._forked_from = os.getppid()
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
+        self._bg_thread = None  # threads do not survive a fork
+        self._closed = True
+        self._closing = False
+        self._close_running = False
+        self._cancel_iterators()
+        with contextlib.suppress(OSError):
+            self._file_lock.release()
+        with contextlib.suppress(OSError):
+            self._log.close()
 
     @property
     def closed(self) -> bool:
@@ -441,7 +483,7 @@ class DB:
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
         if self._closed:  # at once, as `iterator` and `snapshot` do, not after the block has filled the batch
-            raise ClosedError(f"{self.path}: the store is closed")
+            raise self._closed_error()
         return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync, _owner=self)
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
@@ -527,7 +569,7 @@ class DB:
 
     def _check_writable(self) -> None:
         if self._closed or self._closing:
-            raise ClosedError(f"{self.path}: the store is closed")
+            raise self._closed_error()
         if self._bg_error is not None:
             raise ReadOnlyError(
                 f"{self.path}: the store is read-only after a failed write: {self._bg_error}"
@@ -601,7 +643,7 @@ class DB:
         if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
             key = check_key(key)
         if self._closed:
-            raise ClosedError(f"{self.path}: the store is closed")
+            raise self._closed_error()
         return self._get(key, None, default, None)
 
     def _get(self, key: bytes, seq: int | None, default: Any, trace: Trace | None) -> Any:
@@ -721,7 +763,7 @@ class DB:
         self._pins.add(weakref.ref(pin, self._pins.discard))
         # Asked after the pin is listed: a close that began before it was may not cancel it.
         if self._closing or self._closed:
-            raise ClosedError(f"{self.path}: the store is closed")
+            raise self._closed_error()
         return DBIterator(pairs, pin, include_key, include_value)
 
     def _released_superseded_version(self) -> None:
@@ -743,7 +785,7 @@ class DB:
         """
         with self._mutex:
             if self._closed:
-                raise ClosedError(f"{self.path}: the store is closed")
+                raise self._closed_error()
             self._snapshot_ids += 1
             sid = self._snapshot_ids
             self._snapshots[sid] = self._last_seq
@@ -1271,7 +1313,7 @@ class DB:
         trace: Trace = []
         with self._mutex:
             if self._closed:
-                raise ClosedError(f"{self.path}: the store is closed")
+                raise self._closed_error()
             version, seq = self._version, self._last_seq
             value = self._get(key, seq, None, trace)
         return report.read_trace(key, seq, value, trace, version)
@@ -1283,7 +1325,7 @@ class DB:
         """
         key = check_key(key)
         if self._closed:
-            raise ClosedError(f"{self.path}: the store is closed")
+            raise self._closed_error()
         return report.may_contain(key, self._last_seq, (self._mem, self._imm), self._version)
 
     @property
@@ -1295,6 +1337,19 @@ class DB:
     def last_sequence(self) -> int:
         """The sequence number of the newest acknowledged write."""
         return self._last_seq
+
+
+_open_stores: weakref.WeakSet[DB] = weakref.WeakSet()
+"""Every store this process has opened and not yet collected, for the at-fork hook."""
+
+
+def _forget_stores_after_fork() -> None:
+    for db in list(_open_stores):
+        if not db._closed:
+            db._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_stores_after_fork)
 
 
 def _background_loop(ref: weakref.ref[DB], cond: threading.Condition) -> None:
@@ -1537,7 +1592,7 @@ class Snapshot:
         if self._closed:
             raise ClosedError("the snapshot is closed")
         if self._db.closed:
-            raise ClosedError(f"{self._db.path}: the store is closed")
+            raise self._db._closed_error()
 
     def _check_still_held(self) -> None:
         """After a read: raise if another thread released the snapshot meanwhile.

@@ -147,9 +147,13 @@ class _PosixWritableFile:
     list append and one ``os.write`` of the record itself, with no copy into a
     buffer: about 0.3 us less per store write than `io.BufferedWriter`.  Tables
     append whole blocks and are written out 64 KiB at a time, as before.
+
+    A copy of the object in a child process forked while it was open writes
+    nothing when it closes: what waits in it is the parent's to write (through
+    the shared descriptor, the child would write it a second time).
     """
 
-    __slots__ = ("_fd", "_pending", "_pending_bytes", "path")
+    __slots__ = ("_fd", "_pending", "_pending_bytes", "_pid", "path")
 
     def __init__(self, path: str, append: bool = False) -> None:
         self.path = path
@@ -158,6 +162,7 @@ class _PosixWritableFile:
         self._fd = os.open(path, flags, 0o666)  # the mode open() uses; the umask applies
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._pid = os.getpid()
 
     def append(self, data: bytes) -> None:
         self._pending.append(data)
@@ -205,7 +210,11 @@ class _PosixWritableFile:
         if fd < 0:
             return
         try:
-            self.flush()
+            if self._pid == os.getpid():
+                self.flush()
+            else:
+                self._pending.clear()  # a forked child's copy: the parent writes these itself
+                self._pending_bytes = 0
         finally:
             self._fd = -1
             os.close(fd)
@@ -341,7 +350,15 @@ def read_ahead(file: RandomAccessFile, end: int) -> RandomAccessFile:
 
 
 class _PosixFileLock:
-    __slots__ = ("_fd",)
+    """An exclusive `flock` on a file, held until `release` (or until the object is collected).
+
+    flock locks belong to the open file description, which a forked child shares
+    with its parent: an unlock in the child would release the parent's lock, and
+    another process could then open the store under the parent.  So a child's
+    copy of the lock only closes its own descriptor.
+    """
+
+    __slots__ = ("_fd", "_pid")
 
     def __init__(self, path: str) -> None:
         self._fd = -1  # for __del__ if the lock below is refused
@@ -356,10 +373,12 @@ class _PosixFileLock:
                 raise BlockingIOError(e.errno, f"{path} is locked by another process") from e
             raise
         self._fd = fd
+        self._pid = os.getpid()
 
     def release(self) -> None:
         if self._fd >= 0:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._pid == os.getpid():
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
 

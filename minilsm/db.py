@@ -511,6 +511,8 @@ class DB:
         ops = tuple(batch)
         if ops:
             self._write(ops, sync)
+        else:
+            self._check_writable()  # nothing to write, but the answer a write gets (as LevelDB's Write)
 
     def _write(
         self, ops: tuple[tuple[int, bytes, bytes], ...] | list[tuple[int, bytes, bytes]], sync: bool | None

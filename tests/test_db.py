@@ -443,6 +443,8 @@ def test_closed_store_raises_clear_errors(db_path: str) -> None:
     db.put(b"k", b"v")
     db.close()
     db.close()  # idempotent
+    one_put = minilsm.WriteBatch()
+    one_put.put(b"k", b"v2")
     for call in (
         lambda: db.get(b"k"),
         lambda: db.put(b"k", b"v"),
@@ -452,6 +454,9 @@ def test_closed_store_raises_clear_errors(db_path: str) -> None:
         lambda: db.flush(),
         # Was: a batch was handed out, and the block filled it, only for its end to raise ClosedError.
         lambda: db.write_batch(),
+        # Was: an empty batch returned quietly, where any other raised.
+        lambda: db.write(minilsm.WriteBatch()),
+        lambda: db.write(one_put),
     ):
         with pytest.raises(minilsm.ClosedError):
             call()

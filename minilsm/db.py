@@ -129,7 +129,9 @@ class DB:
 
     def __init__(self, path: str | os.PathLike[str], options: Options | None = None, **kwargs: Any) -> None:
         self.options = Options.make(options, **kwargs)
-        self.path = os.fsdecode(path)  # a bytes path too; the file names are built as str
+        # Absolute, as SQLite keeps its database's name: a relative path would follow the process's os.chdir()
+        # and put the next log or table in another directory.  A bytes path too; file names are built as str.
+        self.path = os.path.abspath(os.fsdecode(path))
         self._fs = self.options.fs
         self._stats = Stats()
         self._mutex = threading.Lock()

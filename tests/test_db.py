@@ -868,3 +868,23 @@ def test_kill_9_loses_no_acknowledged_sync_write(db_path: str) -> None:
         for i in range(acked + 1):
             assert db.get(b"key%06d" % i) == b"value%06d" % i * 5, i
         check_invariants(db)
+
+
+def test_a_store_opened_by_a_relative_path_keeps_working_after_the_process_changes_directory(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the store kept the relative path, so after os.chdir its next log went to another directory, the
+    write failed and the store turned read-only."""
+    parent, name = os.path.split(db_path)
+    elsewhere = os.path.join(parent, "elsewhere")
+    os.mkdir(elsewhere)
+    monkeypatch.chdir(parent)
+    with minilsm.DB(name, memtable_size=4096) as db:
+        monkeypatch.chdir(elsewhere)
+        fill(db, 500)  # several memtables: new logs and tables
+        db.flush()
+        assert db.get(b"k00003") == b"v3" * 7
+        assert db.path == db_path  # what error messages name
+    assert os.listdir(elsewhere) == []
+    with minilsm.DB(db_path) as db:
+        assert db.get(b"k00499") == b"v499" * 7

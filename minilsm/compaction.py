@@ -46,7 +46,11 @@ from minilsm.version import KeyRanges, Version
 
 @dataclass
 class Compaction:
-    """One unit of compaction work: merge `inputs` (level `level`) with `overlaps` (level `output_level`)."""
+    """One unit of compaction work: merge `inputs` (level `level`) with `overlaps` (level `output_level`).
+
+    (A tiered `compact_range` takes every table of the store as `inputs` of level 0, deeper levels' too:
+    level 0's inputs are merged as a source each, whatever their level.)
+    """
 
     level: int
     output_level: int
@@ -259,22 +263,25 @@ def manual_compaction(
     Leveled: called until it returns None; each step empties the range out of the
     shallowest level above the deepest level holding data, so the loop ends.
     Tiered: one step merges every run into one (runs must stay age-adjacent, so a
-    key range cannot be merged alone), dropping every tombstone no snapshot needs
-    unless a deeper level holds tables.
+    key range cannot be merged alone), dropping every tombstone no snapshot needs.
+    Tables of deeper levels (a store made leveled, reopened tiered; tiered merges
+    never reach them) join that merge as sources of their own, so that
+    `compact_range` reclaims their dead versions too.
     """
     if options.compaction_style == "tiered":
-        runs = list(version.levels[0])
-        if not runs:
+        # Level 0 first: its runs are newest first, and each deeper level is older than the one above.
+        tables = [t for level in version.levels for t in level]
+        if not tables:
             return None
-        if len(runs) == 1:
+        if len(tables) == 1:
             # Already one run: rewritten only to drop its tombstones or the versions a flush kept for
             # snapshots (more versions than keys; the filter counts each user key once).
-            meta = runs[0].meta
-            if meta.num_deletions == 0 and meta.num_entries == runs[0].filter.num_keys:
+            meta = tables[0].meta
+            if meta.num_deletions == 0 and meta.num_entries == tables[0].filter.num_keys:
                 return None
-        # Tables below level 0 (a store made leveled, reopened tiered) may hold what a tombstone deletes.
-        drops = version.bottom_level_with_data() == 0
-        return Compaction(0, 0, runs, [], "manual compaction", split_output=False, drops_all_tombstones=drops)
+        # Every table of the store is an input, each merged as a source of its own (level 0's rule), so
+        # nothing older than the output remains anywhere.
+        return Compaction(0, 0, tables, [], "manual compaction", split_output=False, drops_all_tombstones=True)
     bottom = max(1, version.bottom_level_with_data())
     for level in range(bottom):
         if level == 0:

@@ -211,6 +211,31 @@ def test_a_leveled_store_reopened_tiered_keeps_its_tombstones_over_deeper_levels
         assert list(db) == [b"other"]
 
 
+def test_a_leveled_store_reopened_tiered_reclaims_its_deeper_levels_at_compact_range(db_path: str) -> None:
+    """Was: tiered merges take only level-0 runs, so the tables a leveled past left below level 0 stayed for
+    good, with every version a later tombstone deleted: compact_range promised to reclaim deleted space and
+    did not (a store of 900 deleted keys kept its 43 deeper tables)."""
+    keys = [b"k%04d" % i for i in range(900)]
+    with minilsm.DB(db_path, **small_options()) as db:
+        for k in keys:
+            db.put(k, b"v" * 40)
+        db.compact_range()
+        assert db.version.bottom_level_with_data() > 0
+    with minilsm.DB(db_path, **small_options(compaction_style="tiered")) as db:
+        for k in keys[100:]:
+            db.delete(k)
+        db.put(keys[0], b"new")
+        db.compact_range()
+        (run,) = db.tables()  # one run, at level 0, holding the live keys alone
+        assert (run.level, run.entries, run.tombstones) == (0, 100, 0)
+        assert dict(db.iterator()) == {k: b"new" if k == keys[0] else b"v" * 40 for k in keys[:100]}
+        for k in keys[:100]:
+            db.delete(k)
+        db.compact_range()
+        assert db.tables() == [] and list(db) == []
+    assert not [n for n in os.listdir(db_path) if n.endswith(".sst")]
+
+
 @pytest.mark.parametrize("style", ["leveled", "tiered"])
 def test_compact_range_drops_versions_kept_for_snapshots_since_released(db_path: str, style: str) -> None:
     """Was: a tiered compact_range left a single run alone unless it held tombstones, so the versions a flush had

@@ -75,6 +75,8 @@ class Options:
     target_file_size: int = 2 << 20
     """Compaction output is split into tables of about this many bytes."""
     max_levels: int = 7
+    """Levels of the tree (LevelDB's fixed 7).  A store opens with fewer only while no table sits at or below
+    the new limit; else the open raises `ValueError`, as a bad option does (RocksDB: InvalidArgument)."""
     seek_compaction: bool = True
     """Leveled: when no level is over its size, compact a table that reads keep probing in vain into the level
     below (LevelDB's seek compaction; RocksDB removed it), if the level below has room for it (level 0 always goes),

@@ -292,61 +292,9 @@ class _MappedFile:
             mapped.close()
 
 
-class _ReadaheadFile:
-    """A table file as one reader moving forward through it sees it: each `pread` past the window refills it.
-
-    A long scan reads block after block of a table; one system call per 4 KiB
-    block costs 3.5 times what the same bytes cost in 64 KiB reads.  Like
-    RocksDB's readahead file wrapper, this reads a window from the offset asked
-    for, serves the following preads by slicing it, and doubles the window at
-    each refill from `_FIRST_WINDOW` up to `_MAX_WINDOW`, never past `end`.
-    A pread it cannot serve from the window reads the file (still no further
-    than `end`, unless asked for more).  Not thread-safe: one per scan.
-    """
-
-    __slots__ = ("_base", "_buf", "_end", "_start", "_stop", "_window")
-
-    def __init__(self, base: RandomAccessFile, end: int) -> None:
-        self._base = base
-        self._end = end
-        self._buf = b""
-        self._start = self._stop = 0  # the file offsets the window holds: [start, stop)
-        self._window = _FIRST_WINDOW
-
-    def pread(self, offset: int, size: int) -> bytes:
-        start = self._start
-        if start <= offset and offset + size <= self._stop:
-            return self._buf[offset - start : offset - start + size]
-        buf = self._base.pread(offset, max(size, min(self._window, self._end - offset)))
-        self._window = min(2 * self._window, _MAX_WINDOW)
-        self._buf, self._start, self._stop = buf, offset, offset + len(buf)
-        return buf[:size]  # short if the file is: the caller checks the length
-
-    def size(self) -> int:
-        return self._base.size()
-
-    def close(self) -> None:
-        """Drop the window; the file underneath belongs to whoever opened it."""
-        self._buf = b""
-        self._start = self._stop = 0
-
-
-_FIRST_WINDOW: Final = 16 * 1024
-_MAX_WINDOW: Final = 64 * 1024
-"""Readahead windows.  Reading the 1M-key benchmark store's page-cached tables front to back cost 1.53 us per
-4 KiB in 4 KiB preads, 0.61 in 16 KiB ones, 0.44 in 64 KiB and 0.67 in 256 KiB (bench/RESULTS.md, "Scans")."""
-
-
-def read_ahead(file: RandomAccessFile, end: int) -> RandomAccessFile:
-    """`file` as seen by one reader that moves forward through it, reading no further than offset `end` ahead.
-
-    Reads go out in growing windows (see `_ReadaheadFile`).  A mapped file is
-    returned as it is: its reads are slices already, and the kernel reads a
-    mapping ahead by itself.
-    """
-    if isinstance(file, _MappedFile):
-        return file
-    return _ReadaheadFile(file, end)
+def is_mapped(file: RandomAccessFile) -> bool:
+    """Whether `file` reads are slices of a memory mapping (`FileSystem.open_mapped`), which need no readahead."""
+    return isinstance(file, _MappedFile)
 
 
 class _PosixFileLock:

@@ -33,7 +33,7 @@ class Stats:
     filter_negatives: int = 0
     filter_positives: int = 0
     filter_true_positives: int = 0
-    # table file I/O (counted in sstable.format.read_block and the reader's open)
+    # table file I/O (counted in sstable.format: blocks in read_block, bytes in read_file_bytes)
     block_reads: int = 0
     block_bytes_read: int = 0
     block_cache_hits: int = 0
@@ -240,7 +240,8 @@ class DBStats:
     block_reads: int
     """Data blocks read from table files (block-cache hits are not reads); scans and compactions count too."""
     block_bytes_read: int
-    """Bytes read from table files: data blocks, and index, filter, properties and footer when a table opens."""
+    """Bytes read from table files, as the reads returned them: data blocks, a long scan's readahead windows (all
+    of each, read by the scan or not), and index, filter, properties and footer when a table opens."""
     block_cache_hits: int
     index_loads: int
     filter_loads: int

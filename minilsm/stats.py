@@ -170,7 +170,9 @@ class TableInfo:
     filter: FilterCounts
     """Point-read probes of this table since the store opened or the counters were reset."""
     block_reads: int
-    """Data blocks read from this file: point reads, and also scans and compactions."""
+    """Data blocks read from this file by this store's reader: point reads, scans, and compactions run in the
+    store's thread.  A compaction in the worker process reads through readers of its own, so its block reads
+    count in the store's totals only."""
 
     @property
     def bits_per_key(self) -> float:
@@ -217,9 +219,11 @@ class DBStats:
 
     The counters (the fields up to `tombstones_dropped`, the same as `Stats`) count
     since the store was opened or last reset, all tables included.  `levels` and
-    `tables` describe the tables live now; their filter counts are those of the
-    live tables only, since a table's counts leave with it when compaction
-    replaces it (so after compactions the per-level sums can be below the totals).
+    `tables` describe the tables live now; their filter counts and block reads
+    are those of the live tables only, since a table's counts leave with it
+    when compaction replaces it (so after compactions the per-level sums can be
+    below the totals), and a compaction in the worker process counts its block
+    reads in the totals only.
     """
 
     # point reads

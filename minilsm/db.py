@@ -1079,7 +1079,8 @@ class DB:
 
         Called with the mutex released.  Returns the outputs, renumbered as the
         store's own tables, or None if the worker is unavailable (the caller then
-        runs `c` itself).  A failure of the job itself raises, as in-process.
+        runs `c` itself, as it does when a file operation of the job failed in the worker's process).  Any
+        other failure of the job itself (a damaged input) raises, as in-process.
         Meanwhile the background thread flushes a memtable that fills
         (`_flush_while_merging`); `compact_range`'s thread leaves that to it.
         """
@@ -1136,7 +1137,8 @@ class DB:
         """Run ``job(scratch)`` in the worker and move its outputs from the scratch directory into the store.
 
         Returns the outputs, renumbered as the store's own tables, or None if the worker is unavailable (or
-        busy, unless `wait`).  A failure of the job itself raises, as in-process.  `doing` ("compacting",
+        busy, unless `wait`; or if a file operation of the job failed there).  Any other failure of the job
+        itself raises, as in-process.  `doing` ("compacting",
         "flushing") names the work in the warning logged when the worker gives up.
         """
         fs = self._fs

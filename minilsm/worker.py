@@ -184,7 +184,8 @@ def run_flush(job: FlushJob, fs: FileSystem) -> JobResult:
 
 
 class WorkerUnavailableError(Exception):
-    """The worker process could not be started, or died, or broke the protocol: run the job in-process.
+    """The worker process could not be started, or died, or broke the protocol, or a file operation of the job
+    failed in its process: run the job in-process.
 
     `said` is True once the worker has given up and said so: the store then need not say it again per job.
     """
@@ -271,6 +272,11 @@ class Worker:
             assert isinstance(payload, JobResult)
             return payload
         assert isinstance(payload, BaseException)
+        if isinstance(payload, OSError):
+            # A file operation failed in the worker's process, whose own limits (open files, file size) the
+            # store's process need not share: the store runs the job itself, which either succeeds or fails
+            # with the store's own report (a full disk fails there too).  Not the worker's failure: it serves on.
+            raise WorkerUnavailableError(f"a job failed in the compaction worker's process: {payload!r}") from payload
         raise payload
 
     def _broken(self, e: BaseException) -> NoReturn:

@@ -383,14 +383,27 @@ def test_a_memtable_too_large_to_pickle_at_once_is_flushed_by_the_thread(
         assert dict(db.iterator()) == model
 
 
-def test_a_flush_that_fails_in_the_worker_is_done_again_by_the_thread(
-    db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+_REFUSE = {
+    "flushing": "w.run_flush = refuse",
+    "compacting": (
+        "run = w.run_job\nw.run_job = lambda job, fs: run(job, fs) if isinstance(job, w.FlushJob) else refuse(job, fs)"
+    ),
+}
+
+
+@pytest.mark.parametrize("doing", ["flushing", "compacting"])
+def test_a_job_whose_file_operation_fails_in_the_worker_is_done_again_by_the_thread(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, doing: str
 ) -> None:
+    """Was (compactions): a job that failed on the worker's own limit (open files, file size: limits of the
+    worker's process alone) turned the store read-only, though the store's own process could run it; and a
+    store reopened in the same process failed the same way.  An OSError of a job now sends it to the thread."""
     boot = worker._BOOT.replace(
         "from minilsm.worker import main; main()",
         "import minilsm.worker as w\n"
-        "def refuse(job, fs): raise OSError(28, 'forged: no space left on device')\n"
-        "w.run_flush = refuse; w.main()",
+        "def refuse(job, fs): raise OSError(24, 'forged: too many open files')\n"
+        f"{_REFUSE[doing]}\n"
+        "w.main()",
     )
     refusing = worker.Worker([sys.executable, "-c", boot])
     monkeypatch.setattr(worker, "_shared", refusing)
@@ -400,13 +413,17 @@ def test_a_flush_that_fails_in_the_worker_is_done_again_by_the_thread(
                 model = load(db, seed=14)
                 db.wait_for_compactions()
                 assert db.stats().flushes >= 3 and db.stats().compactions > 0
+                db.put(b"still", b"writable")
+                model[b"still"] = b"writable"
+                db.compact_range()
                 assert dict(db.iterator()) == model
                 check_invariants(db, sweep_first=True)
             with DB(db_path, **small_options(background=True)) as db:
                 assert dict(db.iterator()) == model
-        assert "forged: no space" in caplog.text and "flushing in-process" in caplog.text
+        assert "forged: too many open files" in caplog.text and f"{doing} in-process instead" in caplog.text
+        assert "a job failed in the compaction worker's process" in caplog.text
         assert refusing.pid is not None  # a job that failed is not the worker's failure: it serves on
-        assert FALLBACK not in caplog.text
+        assert "not tried again" not in caplog.text
     finally:
         refusing.close()
     assert scratch_dirs(db_path) == []

@@ -281,11 +281,17 @@ class Worker:
 
     def _broken(self, e: BaseException) -> NoReturn:
         """Dead, or out of step with us (an interrupt mid-reply): never reuse it, nor wait for it."""
+        proc = self._proc
+        ended = None
+        if proc is not None:  # before the kill: how it ended, if it has (its pipe may close a moment before)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                ended = proc.wait(timeout=0.05)
         self._end(kill=True)
         if isinstance(e, Exception):
             self._failures += 1
+            how = "" if ended is None else f" (its process {proc.pid if proc else '?'} {_exit_status(ended)})"
             last = "; it is not tried again in this process" if self._failures >= MAX_FAILURES else ""
-            raise WorkerUnavailableError(f"the compaction worker failed: {e!r}{last}") from e
+            raise WorkerUnavailableError(f"the compaction worker failed{how}: {e!r}{last}") from e
         raise e
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -431,6 +437,16 @@ def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
 
 
 _ORPHAN_CHECK_SECONDS: Final = 1.0
+
+
+def _exit_status(returncode: int) -> str:
+    """How a process ended, from its `Popen.returncode`: "was killed by SIGKILL", "exited with status 1"."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
 
 
 def _end_when_orphaned(parent: int) -> None:

@@ -155,7 +155,7 @@ def test_a_worker_that_dies_leaves_compactions_and_flushes_to_the_thread(
             check_invariants(db, sweep_first=True)
         with DB(db_path, **small_options(background=True)) as db:
             assert dict(db.iterator()) == model
-    assert FALLBACK in caplog.text
+    assert FALLBACK in caplog.text and "exited with status 3" in caplog.text  # how the worker ended, said
     # After MAX_FAILURES in a row the process stops starting workers, says so once, and then nothing per job.
     assert caplog.text.count(FALLBACK) == worker.MAX_FAILURES
     assert caplog.text.count("not tried again in this process") == 1

@@ -337,10 +337,13 @@ class DB:
 
         Writes in the memtable are not flushed; they are in the log and come back
         on the next open, as in LevelDB.  A `flush` or `compact_range` running in
-        another thread ends with `ClosedError` (a compaction step under way first
-        finishes).  The store's iterators close with it, as in plyvel: each lets go
-        of what it read, and its next step raises `ClosedError` (a step under way
-        in another thread finishes first; close does not wait for it).  Snapshots
+        another thread ends with `ClosedError` (a compaction step under way in
+        this process first finishes; one in the compaction worker is abandoned,
+        as is a merge of the background thread's there, so that a worker stuck
+        or busy with another store's job does not hold close() up).  The store's
+        iterators close with it, as in plyvel: each lets go of what it read, and
+        its next step raises `ClosedError` (a step under way in another thread
+        finishes first; close does not wait for it).  Snapshots
         raise `ClosedError` too.  Closing twice is harmless; a close racing with
         one under way returns once the store is closed.  If an interrupt (a
         `KeyboardInterrupt`) stops close() while it waits for background work,
@@ -920,8 +923,8 @@ class DB:
         return compaction.pick_compaction(self._version, self.options, self._compact_pointers, seek=seek_ready)
 
     def _do_background_work(self) -> None:
-        """Inline mode: flush and compact until nothing is due (mutex held)."""
-        while self._bg_error is None and self._has_background_work():
+        """Inline mode: flush and compact until nothing is due (mutex held), or the store is closing."""
+        while self._bg_error is None and not self._closing and self._has_background_work():
             self._do_one_background_job()
             if self._bg_error is not None:
                 raise self._bg_error  # this call's own failure; later writes get ReadOnlyError
@@ -953,6 +956,8 @@ class DB:
             del c
             # Here, outside the job, no local still holds the version it replaced.
             self._delete_obsolete_files()
+        except ClosedError:
+            return None  # the store is closing and abandoned the job (a merge in the worker) before installing it
         except OSError as e:
             return self._fail_writes("a background flush or compaction", e)
         except Exception as e:
@@ -1083,6 +1088,7 @@ class DB:
         other failure of the job itself (a damaged input) raises, as in-process.
         Meanwhile the background thread flushes a memtable that fills
         (`_flush_while_merging`); `compact_range`'s thread leaves that to it.
+        Once the store is closing, the job is abandoned with `ClosedError`.
         """
 
         def job(scratch: str) -> worker.CompactionJob:
@@ -1101,7 +1107,15 @@ class DB:
                 bits_per_key=self.options.bits_per_key,
             )
 
-        return self._run_in_worker(job, numbers, None if manual else self._flush_while_merging, "compacting")
+        def meanwhile() -> None:
+            if self._closing:
+                # The merge is abandoned (the worker is ended: see `Worker.run`), so that close() waits neither
+                # for it nor for another store's job that keeps the worker busy.  Nothing was installed.
+                raise self._closed_error()
+            if not manual:
+                self._flush_while_merging()
+
+        return self._run_in_worker(job, numbers, meanwhile, "compacting")
 
     def _flush_in_worker(self, mem: MemTable, snapshots: list[int], numbers: list[int]) -> list[TableMeta] | None:
         """Have the worker write the frozen `mem` (`worker.FlushJob`); None if it cannot, so the caller flushes.

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from storeutil import check_invariants, small_options
 
-from minilsm import DB, CorruptionError, worker
+from minilsm import DB, ClosedError, CorruptionError, worker
 from minilsm import db as db_module
 from minilsm.check import check_store
 from minilsm.compaction import flush_entries
@@ -567,3 +567,57 @@ time.sleep(60)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_close_does_not_wait_for_a_merge_in_a_worker_that_hangs(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: close() joined the background thread, which waited for the worker's reply, so a worker stopped
+    (SIGSTOP) or stuck in a job held close() for as long; a compact_range waiting on it likewise, and so did
+    another store's close() whose thread waited for the worker to be free.  Closing now abandons the merge: the
+    worker is ended, nothing of the merge is installed, and the store reopens as it was."""
+    boot = worker._BOOT.replace(
+        "from minilsm.worker import main; main()",
+        "import time, minilsm.worker as w\n"
+        "run = w.run_job\n"
+        "w.run_job = lambda job, fs: run(job, fs) if isinstance(job, w.FlushJob) else time.sleep(600)\n"
+        "w.main()",
+    )
+    stuck = worker.Worker([sys.executable, "-c", boot])
+    monkeypatch.setattr(worker, "_shared", stuck)
+    try:
+        with caplog.at_level(logging.WARNING, logger="minilsm"):
+            # Writes never wait for the merge (no stop trigger in reach), which the worker never finishes.
+            db = DB(db_path, **small_options(background=True, level0_stop_writes_trigger=1000))
+            model = load(db, seed=16, n=600)
+            manual: list[BaseException] = []
+
+            def compact() -> None:
+                try:
+                    db.compact_range()
+                except BaseException as e:
+                    manual.append(e)
+
+            other = threading.Thread(target=compact)
+            other.start()
+            deadline = time.monotonic() + 20
+            while not stuck._lock.locked() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert stuck._lock.locked(), "no merge reached the worker"
+            started = time.monotonic()
+            db.close()
+            other.join(20)
+            assert time.monotonic() - started < 10 and not other.is_alive()
+            assert len(manual) == 1 and isinstance(manual[0], ClosedError)
+        assert "read-only" not in caplog.text  # an abandoned merge is not a failure
+        assert stuck.pid is None  # ended with the job it held
+    finally:
+        stuck.close()
+    monkeypatch.setattr(worker, "_shared", worker.Worker())
+    try:
+        with DB(db_path, **small_options(background=True)) as db:
+            assert dict(db.iterator()) == model
+            check_invariants(db, sweep_first=True)
+    finally:
+        worker._shared.close()
+    assert scratch_dirs(db_path) == []

@@ -339,7 +339,7 @@ class DB:
         on the next open, as in LevelDB.  A `flush` or `compact_range` running in
         another thread ends with `ClosedError` (a compaction step under way in
         this process first finishes; one in the compaction worker is abandoned,
-        as is a merge of the background thread's there, so that a worker stuck
+        as is a merge or flush of the background thread's there, so that a worker stuck
         or busy with another store's job does not hold close() up).  The store's
         iterators close with it, as in plyvel: each lets go of what it read, and
         its next step raises `ClosedError` (a step under way in another thread
@@ -957,7 +957,7 @@ class DB:
             # Here, outside the job, no local still holds the version it replaced.
             self._delete_obsolete_files()
         except ClosedError:
-            return None  # the store is closing and abandoned the job (a merge in the worker) before installing it
+            return None  # the store is closing and abandoned the job (in the worker) before installing anything
         except OSError as e:
             return self._fail_writes("a background flush or compaction", e)
         except Exception as e:
@@ -1108,10 +1108,7 @@ class DB:
             )
 
         def meanwhile() -> None:
-            if self._closing:
-                # The merge is abandoned (the worker is ended: see `Worker.run`), so that close() waits neither
-                # for it nor for another store's job that keeps the worker busy.  Nothing was installed.
-                raise self._closed_error()
+            self._abandon_if_closing()
             if not manual:
                 self._flush_while_merging()
 
@@ -1134,7 +1131,9 @@ class DB:
             )
 
         try:
-            return self._run_in_worker(job, numbers, None, "flushing", wait=False)
+            return self._run_in_worker(job, numbers, self._abandon_if_closing, "flushing", wait=False)
+        except ClosedError:
+            raise  # abandoned by a close: the frozen memtable stays, and its log with it, for the next open
         except Exception as e:
             # Whatever went wrong there (a full disk, say) goes wrong here too and is reported as a failed flush.
             _log.warning("%s: the worker's flush failed (%s); flushing in-process", self.path, e)
@@ -1176,6 +1175,16 @@ class DB:
             worker.remove_scratch(fs, scratch)
         self._stats.add(result.stats)
         return metas
+
+    def _abandon_if_closing(self) -> None:
+        """Asked every 20 ms while a job waits for the worker: once the store is closing, abandon the job.
+
+        Raises `ClosedError`; `Worker.run` then ends the worker and the job's caller installs nothing, so that
+        close() waits neither for the job nor for another store's job that keeps the worker busy, and a worker
+        that is stuck (SIGSTOP) holds nothing up.
+        """
+        if self._closing:
+            raise self._closed_error()
 
     def _flush_while_merging(self) -> None:
         """While the worker merges: flush a frozen memtable now, so that writers need not wait for the merge.

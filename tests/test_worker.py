@@ -613,6 +613,44 @@ def test_close_does_not_wait_for_a_merge_in_a_worker_that_hangs(
         assert stuck.pid is None  # ended with the job it held
     finally:
         stuck.close()
+    reopen_with_a_working_worker(db_path, monkeypatch, model)
+
+
+def test_close_does_not_wait_for_a_flush_in_a_worker_that_hangs(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a flush sent to the worker waited for its reply with no look at the store, so close() hung behind a
+    stuck worker.  Abandoned, the frozen memtable stays in its log, and the next open has every write."""
+    boot = worker._BOOT.replace(
+        "from minilsm.worker import main; main()",
+        "import time, minilsm.worker as w\nw.run_flush = lambda job, fs: time.sleep(600)\nw.main()",
+    )
+    stuck = worker.Worker([sys.executable, "-c", boot])
+    monkeypatch.setattr(worker, "_shared", stuck)
+    try:
+        with caplog.at_level(logging.WARNING, logger="minilsm"):
+            db = DB(db_path, **small_options(background=True))
+            model: dict[bytes, bytes] = {}
+            deadline = time.monotonic() + 20
+            i = 0
+            while not stuck._lock.locked() and time.monotonic() < deadline:  # until a flush is in the worker
+                db.put(b"k%05d" % i, b"v" * 30)
+                model[b"k%05d" % i] = b"v" * 30
+                i += 1
+                time.sleep(0.001)
+            assert stuck._lock.locked(), "no flush reached the worker"
+            started = time.monotonic()
+            db.close()
+            assert time.monotonic() - started < 10
+        assert "read-only" not in caplog.text and "flush failed" not in caplog.text
+        assert stuck.pid is None
+    finally:
+        stuck.close()
+    reopen_with_a_working_worker(db_path, monkeypatch, model)
+
+
+def reopen_with_a_working_worker(db_path: str, monkeypatch: pytest.MonkeyPatch, model: dict[bytes, bytes]) -> None:
+    """After a stuck worker's job was abandoned: the store, reopened, holds exactly `model`, and no scratch."""
     monkeypatch.setattr(worker, "_shared", worker.Worker())
     try:
         with DB(db_path, **small_options(background=True)) as db:

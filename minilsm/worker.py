@@ -281,15 +281,13 @@ class Worker:
 
     def _broken(self, e: BaseException) -> NoReturn:
         """Dead, or out of step with us (an interrupt mid-reply): never reuse it, nor wait for it."""
-        proc = self._proc
-        ended = None
+        proc, how = self._proc, ""
         if proc is not None:  # before the kill: how it ended, if it has (its pipe may close a moment before)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                ended = proc.wait(timeout=0.05)
+                how = f" (its process {proc.pid} {_exit_status(proc.wait(timeout=0.05))})"
         self._end(kill=True)
         if isinstance(e, Exception):
             self._failures += 1
-            how = "" if ended is None else f" (its process {proc.pid if proc else '?'} {_exit_status(ended)})"
             last = "; it is not tried again in this process" if self._failures >= MAX_FAILURES else ""
             raise WorkerUnavailableError(f"the compaction worker failed{how}: {e!r}{last}") from e
         raise e

@@ -151,7 +151,7 @@ class Readahead:
             self.file, at, max(offset + size, min(offset + self._window, self._end)) - at, self._stats
         )
         self._window = min(2 * self._window, MAX_READAHEAD)
-        buf = kept + fetched if kept else fetched
+        buf = kept + fetched
         self._buf, self._start, self._stop = buf, offset, offset + len(buf)
         return buf[:size]
 

@@ -46,7 +46,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, NoReturn, SupportsIndex
 
 from minilsm import compaction, report, worker
 from minilsm.batch import WriteBatch, encode_batch, replay
@@ -131,7 +131,11 @@ class DB:
         self.options = Options.make(options, **kwargs)
         # Absolute, as SQLite keeps its database's name: a relative path would follow the process's os.chdir()
         # and put the next log or table in another directory.  A bytes path too; file names are built as str.
-        self.path = os.path.abspath(os.fsdecode(path))
+        name = os.fsdecode(path)
+        if not name:
+            # abspath("") is the working directory, which would silently become a store (LevelDB: NotFound).
+            raise ValueError("the store's path is empty; name a directory (os.curdir for the working directory)")
+        self.path = os.path.abspath(name)
         self._fs = self.options.fs
         self._stats = Stats()
         self._mutex = threading.Lock()
@@ -460,6 +464,11 @@ class DB:
     def __repr__(self) -> str:
         return f"<minilsm.DB {self.path!r}{' closed' if self._closed else ''}>"
 
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        # Pickle, copy.copy and copy.deepcopy all ask this.  A shallow copy would share the lock, the log and the
+        # files, and its close() would close them under this store, whose next write then fails.
+        raise TypeError(f"a minilsm.DB cannot be pickled or copied; open {self.path!r} where it is used")
+
     # -- writing ----------------------------------------------------------------------
 
     def put(self, key: bytes, value: bytes, *, sync: bool | None = None) -> None:
@@ -487,6 +496,7 @@ class DB:
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
+        _check_flag("sync", sync)
         if self._closed:  # at once, as `iterator` and `snapshot` do, not after the block has filled the batch
             raise self._closed_error()
         return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync, _owner=self)
@@ -508,6 +518,7 @@ class DB:
         if batch._owner is not None and batch._owner is not self:
             # Written here it would be spent, and its own store would never get it.
             raise ValueError("this WriteBatch belongs to another store (its write_batch()); write it there")
+        _check_flag("sync", sync)  # before `_apply`, which would spend the batch
         if sync is None:
             sync = batch._sync
         batch._apply(lambda b: self._write_batch(b, sync))
@@ -522,6 +533,8 @@ class DB:
     def _write(
         self, ops: tuple[tuple[int, bytes, bytes], ...] | list[tuple[int, bytes, bytes]], sync: bool | None
     ) -> None:
+        if sync is not None and sync is not True and sync is not False:  # `put`'s and `delete`'s (one test if None)
+            _check_flag("sync", sync)
         with self._mutex:
             opts = self.options
             # One test for the usual case (open, no failure, room in the memtable); else the slow path.
@@ -730,6 +743,15 @@ class DB:
         include_start: bool,
         include_stop: bool,
     ) -> DBIterator:
+        if not (
+            reverse.__class__ is include_key.__class__ is include_value.__class__ is bool
+            and include_start.__class__ is include_stop.__class__ is bool
+        ):  # one test on the usual call; each flag looked at only to name the wrong one
+            names = ("reverse", "include_key", "include_value", "include_start", "include_stop")
+            for name, flag in zip(
+                names, (reverse, include_key, include_value, include_start, include_stop), strict=True
+            ):
+                _check_flag(name, flag)
         # In bytewise order the key right after k is k + b"\x00", so the open and closed ends
         # plyvel offers become the one half-open range every source understands.
         if start is not None:
@@ -1427,6 +1449,16 @@ def _background_loop(ref: weakref.ref[DB], cond: threading.Condition) -> None:
         )
 
 
+def _check_flag(name: str, value: object) -> None:
+    """Refuse a call's flag that is neither bool nor None, as plyvel and `Options` do.
+
+    Taken for its truth, ``sync="false"`` would sync and ``reverse="no"`` would reverse the scan.  None
+    is `sync`'s "as the store's options say" and, as in plyvel, False for an iterator's flags.
+    """
+    if value is not None and value is not True and value is not False:
+        raise TypeError(f"{name} must be bool, not {type(value).__name__}")
+
+
 def _outcome(kind: int) -> str:
     return "found" if kind == KIND_VALUE else "tombstone"
 
@@ -1569,6 +1601,10 @@ class DBIterator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        # A copy would share the scan's generator and pin: closing either would end the other.
+        raise TypeError("a minilsm.DBIterator cannot be pickled or copied; make another with iterator(start=...)")
+
 
 class _Pin(ScanHandle):
     """The version a `DBIterator` reads, released once: on `close` or when the merge runs out; and its scan's handle.
@@ -1696,3 +1732,8 @@ class Snapshot:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        # A copy would share this snapshot's id and finalizer: its close() would release this view, and
+        # compaction could then drop versions this snapshot still reads (a wrong answer, not an error).
+        raise TypeError("a minilsm.Snapshot cannot be pickled or copied; take another with db.snapshot()")

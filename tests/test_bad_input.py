@@ -10,7 +10,9 @@ never an `AttributeError` or a raw `OSError` from deep inside.
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import struct
 import subprocess
 import sys
@@ -182,6 +184,71 @@ def test_closed_store_and_snapshot(db_path: str) -> None:
     snap.close()
     with minilsm.DB(db_path, **small_options()) as db:
         assert_intact(db)
+
+
+@pytest.mark.parametrize("bad", ["no", "false", 1, 0, 1.0, b""], ids=repr)
+def test_a_flag_that_is_not_bool_is_a_type_error(db: minilsm.DB, bad: Any) -> None:
+    """Was: any object was taken for its truth, as `Options` and plyvel refuse: ``sync="false"`` synced and
+    ``reverse="no"`` reversed the scan, with no error."""
+    wb = db.write_batch()
+    wb.put(b"late", b"write")
+    calls: list[Callable[[], object]] = [
+        lambda: db.put(b"k", b"v", sync=bad),
+        lambda: db.delete(b"key000", sync=bad),
+        lambda: db.write_batch(sync=bad),
+        lambda: db.write(wb, sync=bad),
+        lambda: db.write(minilsm.WriteBatch(), sync=bad),
+        *(
+            lambda name=name: db.iterator(**{name: bad})
+            for name in ("reverse", "include_key", "include_value", "include_start", "include_stop")
+        ),
+        lambda: db.snapshot().iterator(reverse=bad),
+    ]
+    for i, call in enumerate(calls):
+        with pytest.raises(TypeError, match="must be bool"):
+            call()
+            pytest.fail(f"call {i} accepted {bad!r}")
+    assert not wb.closed  # refused before it was spent
+    assert db.get(b"k") is None
+    wb.write()
+    db.delete(b"late", sync=None)  # None is each flag's default
+    assert list(db.iterator(reverse=None)) == sorted(DATA.items())
+
+
+def test_an_empty_path_is_refused_and_leaves_the_working_directory_alone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: os.path.abspath("") is the working directory, so DB("") (an unset setting, say) made a store of it:
+    LOCK, MANIFEST and a log among the user's files.  plyvel raises (LevelDB's NotFound)."""
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", b""):
+        with pytest.raises(ValueError, match="empty"):
+            minilsm.DB(empty)
+    assert os.listdir(tmp_path) == []
+    with minilsm.DB(os.curdir, **small_options()) as db:  # the working directory, when asked for by name
+        db.put(b"k", b"v")
+        assert db.path == str(tmp_path)
+
+
+def test_a_store_its_snapshots_and_iterators_cannot_be_pickled_or_copied(db: minilsm.DB) -> None:
+    """Was: copy.copy of a Snapshot shared its id, and closing the copy released the original's view: after a
+    compaction it read None for a key it saw.  A copy of the DB shared its lock and log, and closing the copy
+    made the original's next put fail (ClosedError on "log ... is closed") and turned it read-only."""
+    db.put(b"snap", b"old")
+    snap = db.snapshot()
+    db.put(b"snap", b"new")
+    it = db.iterator()
+    next(it)
+    for obj in (db, snap, it):
+        for how in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match="cannot be pickled or copied"):
+                how(obj)
+    db.compact_range()
+    assert snap.get(b"snap") == b"old"
+    assert next(it) == (b"key001", DATA[b"key001"])
+    snap.close()
+    it.close()
+    db.delete(b"snap")
 
 
 # -- options ----------------------------------------------------------------------------

@@ -5,8 +5,8 @@ method (`DB.get`, `DB.stats`, `DB.explain`, ...) or one tool (`run_demo`,
 `check_store`, `dump_table`), and prints the result as text or, with
 ``--json``, as JSON.  Keys and values on the command line are UTF-8 text (any
 bytes the shell passed come through unchanged), or hex with ``--hex``; reports
-print them as text when they are printable UTF-8, else as ``0x`` and hex (all
-hex with ``--hex``).
+print them as text when they are printable UTF-8 not beginning with ``0x``,
+else as ``0x`` and hex, which ``--hex`` takes back (all hex with ``--hex``).
 
 Read commands open the store with flushes and compactions inline
 (``background=False``), so they change nothing on disk beyond what opening
@@ -38,7 +38,7 @@ from minilsm.errors import Error
 from minilsm.fs import DEFAULT_FS
 from minilsm.keys import check_key, check_value
 from minilsm.options import Options
-from minilsm.report import ShowKey, dump_table, format_stats, format_tables, show_bytes, size
+from minilsm.report import ShowKey, clip, dump_table, format_stats, format_tables, show_bytes, size
 
 EXIT_OK: Final = 0
 EXIT_NEGATIVE: Final = 1
@@ -58,12 +58,17 @@ def _show(args: argparse.Namespace) -> ShowKey:
 
 
 def _arg_bytes(args: argparse.Namespace, text: str, what: str = "key") -> bytes:
-    """A key or value from the command line: hex with --hex, else the bytes the shell passed (UTF-8 text)."""
+    """A key or value from the command line: hex with --hex, else the bytes the shell passed (UTF-8 text).
+
+    With --hex a leading ``0x`` is allowed, so that a key a report spelled ``0x00ff`` can be passed back as it is.
+    """
     try:
-        data = bytes.fromhex(text) if args.hex else os.fsencode(text)
+        data = bytes.fromhex(text.removeprefix("0x")) if args.hex else os.fsencode(text)
         return check_value(data) if what == "value" else check_key(data)
     except ValueError as e:
-        raise UsageError(f"{what} {text!r}: {'not valid hex' if args.hex and 'hex' in str(e) else e}") from None
+        # The argument is named clipped: a key past the size limit is tens of KiB.
+        shown = clip(repr(text), 40)
+        raise UsageError(f"{what} {shown}: {'not valid hex' if args.hex and 'hex' in str(e) else e}") from None
 
 
 def _optional_bytes(args: argparse.Namespace, text: str | None, what: str) -> bytes | None:
@@ -255,7 +260,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print the result as JSON")
-    common.add_argument("--hex", action="store_true", help="keys and values are hex, on input and output")
+    common.add_argument(
+        "--hex", action="store_true", help="keys and values are hex (a leading 0x allowed), on input and output"
+    )
     bpk = argparse.ArgumentParser(add_help=False)
     bpk.add_argument(
         "--bits-per-key",

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from minilsm.db import DB
+from minilsm.errors import ExistsError
 from minilsm.report import pct, size
 from minilsm.stats import DBStats
 
@@ -37,6 +38,8 @@ VALUE_SIZE: Final = 100
 _MEMTABLES: Final = 36
 """Memtables' worth of data the demo loads: about 36 flushes, 4 of them left in level 0."""
 _PROGRESS_EVERY: Final = 1.0  # seconds between progress lines within a phase
+_STORE_NAMES: Final = ("with-filters", "without-filters")
+"""The two stores' directories under the demo's path: with filters, then without."""
 
 Progress = Callable[[str], None]
 
@@ -260,11 +263,19 @@ def run_demo(
     """Build both stores under `path` (a temporary directory, removed afterwards, when None) and measure.
 
     Under a given `path` the stores go to ``with-filters`` and ``without-filters``
-    and are kept; they must not exist yet (`ExistsError`).  Raises `RuntimeError`
-    if a read returns a wrong answer.  O(keys) writes and 4 x `reads` reads.
+    and are kept; they must not exist yet (`ExistsError`, raised before anything is
+    loaded).  Raises `RuntimeError` if a read returns a wrong answer.  O(keys)
+    writes and 4 x `reads` reads.
     """
     if keys < 2 or reads < 1:
         raise ValueError("the demo needs at least 2 keys and 1 read")
+    if path is not None:
+        for name in _STORE_NAMES:
+            if os.path.lexists(os.path.join(path, name)):
+                raise ExistsError(
+                    f"{os.path.join(path, name)} already exists (an earlier demo's?): the demo builds new stores; "
+                    "remove it or give another PATH"
+                )
     say = progress or (lambda message: None)
     start = time.perf_counter()
     rng = random.Random(seed)
@@ -275,7 +286,7 @@ def run_demo(
     with contextlib.ExitStack() as cleanup:
         root = path if path is not None else cleanup.enter_context(tempfile.TemporaryDirectory(prefix="minilsm-demo-"))
         runs = []
-        for bpk, name in ((bits_per_key, "with-filters"), (0.0, "without-filters")):
+        for bpk, name in zip((bits_per_key, 0.0), _STORE_NAMES, strict=True):
             runs.append(_run_store(os.path.join(root, name), bpk, order, missing, present, say))
         return DemoResult(keys, reads, VALUE_SIZE, runs[0], runs[1], time.perf_counter() - start, path is not None)
 

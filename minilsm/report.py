@@ -43,12 +43,17 @@ ShowKey = Callable[[bytes], str]
 
 
 def show_bytes(data: bytes) -> str:
-    """`data` as text when it is printable UTF-8, else as ``0x`` and hex: ``b"apple"`` -> ``apple``."""
+    """`data` as text when it is printable UTF-8, else as ``0x`` and hex: ``b"apple"`` -> ``apple``.
+
+    Text that itself begins with ``0x`` is spelled in hex too, so that ``0x...`` always means hex
+    (``b"\\x00\\xff"`` -> ``0x00ff``, ``b"0x00ff"`` -> ``0x307830306666``), and the command line's ``--hex`` takes
+    either back.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return "0x" + data.hex()
-    return text if text.isprintable() else "0x" + data.hex()
+    return text if text.isprintable() and not text.startswith("0x") else "0x" + data.hex()
 
 
 # -- counters and tables ----------------------------------------------------------

@@ -261,6 +261,32 @@ def test_check_lists_the_files_under_the_lock(tmp_path: Path) -> None:
     assert not report.findings, report.render()
 
 
+def test_a_key_a_report_spells_in_hex_goes_back_in_with_hex_and_never_looks_like_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with fast_tmp_dir() as d:
+        s = os.path.join(d, "s")
+        assert run(capsys, "put", s, "--hex", "00ff", "01")[0] == EXIT_OK  # not text
+        assert run(capsys, "put", s, "0x00ff", "text")[0] == EXIT_OK  # text that looks like hex
+        code, out, _ = run(capsys, "scan", s)
+        assert code == EXIT_OK
+        rows = dict(line.split("\t") for line in out.splitlines())
+        assert rows == {"0x00ff": "0x01", "0x307830306666": "text"}  # two keys, two spellings
+        for spelled, value in (("0x00ff", "01"), ("0x307830306666", "74657874")):  # each goes back with --hex
+            assert run(capsys, "get", s, "--hex", spelled) == (EXIT_OK, value + "\n", "")
+        assert run(capsys, "get", s, "--hex", "0x00ff") == (EXIT_OK, "01\n", "")
+        assert run(capsys, "get", s, "0x00ff") == (EXIT_OK, "text\n", "")
+        code, out, _ = run(capsys, "scan", s, "--json")
+        assert code == EXIT_OK and {r["key"] for r in json.loads(out)} == set(rows)
+
+
+def test_a_usage_error_names_an_oversized_key_clipped(capsys: pytest.CaptureFixture[str]) -> None:
+    with fast_tmp_dir() as d:
+        code, _, err = run(capsys, "put", os.path.join(d, "s"), "k" * 70000, "v")
+    assert code == EXIT_USAGE and "maximum" in err
+    assert len(err) < 200 and err.count("\n") == 1  # one readable line, not the 70,000-byte key
+
+
 def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     with fast_tmp_dir() as d:
         code, _, err = run(capsys, "get", os.path.join(d, "nothing"), "k")

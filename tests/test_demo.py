@@ -80,6 +80,15 @@ def test_an_existing_demo_directory_is_refused() -> None:
             run_demo(d, keys=50, reads=10)
 
 
+def test_a_demo_path_in_use_is_refused_up_front_saying_what_to_do() -> None:
+    with fast_tmp_dir() as d:
+        os.mkdir(os.path.join(d, "without-filters"))  # the second store's place only: nothing may be loaded first
+        with pytest.raises(minilsm.ExistsError, match="remove it or give another PATH") as e:
+            run_demo(d, keys=50, reads=10)
+        assert "error_if_exists" not in str(e.value)  # not an option the command line has
+        assert not os.path.exists(os.path.join(d, "with-filters"))
+
+
 def test_command_line_demo_json_and_progress() -> None:
     with fast_tmp_dir() as d:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))

@@ -196,12 +196,14 @@ def read_block(
     n = size - BLOCK_TRAILER_SIZE
     stored_kind, checksum = BLOCK_TRAILER.unpack_from(raw, n)
     contents = raw[:n]
-    if stored_kind != kind or xxhash.xxh3_64_intdigest(contents, kind) != checksum:
+    if stored_kind != kind:
         raise CorruptionError(
-            f"{BLOCK_NAMES.get(kind, '?')} block at offset {offset}: checksum mismatch "
-            f"(type byte {stored_kind}, expected {kind})",
+            f"{BLOCK_NAMES.get(kind, '?')} block at offset {offset}: its trailer's type byte is {stored_kind} "
+            f"({BLOCK_NAMES.get(stored_kind, 'no known kind')}), not {kind}",
             path,
         )
+    if xxhash.xxh3_64_intdigest(contents, kind) != checksum:
+        raise CorruptionError(f"{BLOCK_NAMES.get(kind, '?')} block at offset {offset}: checksum mismatch", path)
     return contents
 
 

@@ -19,6 +19,7 @@ forged file) raises `CorruptionError` instead of producing a wrong write.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
@@ -26,7 +27,7 @@ from typing import Final
 
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_SEQUENCE, MAX_VALUE_SIZE, check_key, check_value
-from minilsm.wal import MAX_RECORD_SIZE
+from minilsm.wal import MAX_RECORD_SIZE, damaged_end
 
 Op = tuple[int, bytes, bytes]
 """One operation: ``(kind, key, value)``; the value of a `KIND_DELETE` op is ``b""``."""
@@ -34,6 +35,7 @@ Op = tuple[int, bytes, bytes]
 _HEAD: Final = struct.Struct("<QI")
 _OP: Final = struct.Struct("<BII")
 _HEAD_ONE: Final = struct.Struct("<QIBII")
+_SEQ: Final = struct.Struct("<Q")
 
 BATCH_HEADER_SIZE: Final = _HEAD.size
 """Bytes of the payload header: seq u64, count u32 (12)."""
@@ -110,15 +112,20 @@ def decode_batch(payload: bytes, path: str | None = None) -> tuple[int, list[Op]
 def replayed_after(seq: int, count: int, last: int, record: int, path: str | None = None) -> int:
     """The last sequence number of a decoded batch ``(seq, count ops)`` replayed after sequence `last`.  O(1).
 
-    Writes are logged in sequence order, so on replay each batch must start above the one before (and the
-    first above the newest table): a record going back, forged or misplaced, raises `CorruptionError`
-    naming `path` (`record` is its index in the log), since it would shadow newer writes.
+    Writes are logged in sequence order, each taking the numbers right after the write before it.  So
+    each batch must start above `last` (the record before, or for a log's first record the tables'
+    newest or the older log's end: `LogChain` checks that junction), and a record after the first of its
+    log at exactly ``last + 1``.  Otherwise it raises `CorruptionError` naming `path` (`record` is the
+    batch's index in the log): a record going back, forged or misplaced, would shadow newer writes, and
+    one jumping ahead says records between are lost.
     """
     if seq <= last:
         raise CorruptionError(
             f"record {record} has sequence number {seq}, not above {last} (the tables' newest or the record before)",
             path,
         )
+    if record and seq != last + 1:
+        raise CorruptionError(f"record {record} has sequence number {seq}, not {last + 1}: records are lost", path)
     return seq + count - 1
 
 
@@ -132,7 +139,7 @@ def replay(
 
     With `add` (a `MemTable.add`), each operation is applied as ``add(key, seq, kind, value)``.  Returns
     the last sequence number replayed (`last` if there are no records).  Recovery and `minilsm check`
-    both replay a log through this.  O(total payload size).
+    both replay the logs through a `LogChain`, which calls this.  O(total payload size).
     """
     for r, payload in enumerate(payloads):
         seq, ops = decode_batch(payload, path)
@@ -142,6 +149,80 @@ def replay(
                 add(key, seq, kind, value)
                 seq += 1
     return last
+
+
+class LogChain:
+    """The logs recovery replays, oldest first, checked to hold one unbroken run of writes.
+
+    A write takes the sequence numbers right after the write before it, and a log is synced when its
+    memtable is frozen (which happens only to a memtable holding writes), before the next log exists.
+    So once a log holds records, each older one must have ended whole, held a record, and ended at the
+    number right before the newer one's first.  A torn-looking end, an empty older log, or a gap in the
+    numbers each say that an older log lost records, which it cannot show alone: cut at a record
+    boundary, or to nothing, a log looks whole.  Recovery and `minilsm check` both walk the logs with
+    one: `lost_before` with each log read, then `replay`.  Not thread-safe.
+    """
+
+    __slots__ = ("_after", "_empty", "last", "torn")
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+        """The newest sequence number replayed; at first the tables' newest."""
+        self.torn: tuple[str, int] | None = None
+        """(log, bytes dropped) of a torn tail that no record has followed (yet): the crash's own tear."""
+        self._empty: str | None = None  # a log with no record that no record has followed
+        self._after: str | None = None  # the log whose last record ends at `last`; None: the tables
+
+    def lost_before(self, records: Sequence[bytes], path: str) -> CorruptionError | None:
+        """The error, naming the older log, if this log's `records` show that the logs before it lost records.
+
+        None when they show nothing (or there are none).  O(1).
+        """
+        if not records:
+            return None
+        if self.torn is not None:
+            return damaged_end(*self.torn)
+        if self._empty is not None:
+            return CorruptionError(
+                "the log holds no record, yet a newer log holds records: its records are lost", self._empty
+            )
+        if self._after is not None and len(records[0]) >= BATCH_HEADER_SIZE:  # else replay reports the record
+            (seq,) = _SEQ.unpack_from(records[0])
+            if seq > self.last + 1:
+                return CorruptionError(
+                    f"it ends at sequence number {self.last}, yet the next log, {os.path.basename(path)}, starts "
+                    f"at {seq}: the writes between are lost",
+                    self._after,
+                )
+        return None
+
+    def replay(
+        self,
+        records: Sequence[bytes],
+        dropped_bytes: int,
+        path: str,
+        add: Callable[[bytes, int, int, bytes], None] | None = None,
+    ) -> None:
+        """Replay one log's `records` after the older logs' (`replay`); it becomes the older log of the next.
+
+        `dropped_bytes` is its torn tail's size (`LogReadResult`).  O(total payload size).
+        """
+        self.last = replay(records, self.last, path, add)
+        if records:
+            self._after = path
+            self._empty = None
+            self.torn = None  # reported by `lost_before`, if the caller goes on past it
+        elif self._empty is None:
+            self._empty = path
+        if dropped_bytes:
+            self.torn = (path, dropped_bytes)
+
+    def skip(self) -> None:
+        """Go on past a log that could not be replayed (`minilsm check` reports it, then checks the rest).
+
+        What lies before the next log is unknown now, so its start is checked only against `last`.
+        """
+        self.torn = self._empty = self._after = None
 
 
 class WriteBatch:

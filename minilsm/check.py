@@ -18,10 +18,11 @@ rather than checked mid-change.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from minilsm.batch import replay
+from minilsm.batch import LogChain
 from minilsm.db import LOCK_NAME
 from minilsm.errors import CorruptionError, LockError, NotFoundError
 from minilsm.fs import DEFAULT_FS, FileSystem
@@ -30,7 +31,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
 from minilsm.version import Version
-from minilsm.wal import damaged_end, log_file_name, parse_log_file_name, read_log
+from minilsm.wal import log_file_name, parse_log_file_name, read_log
 from minilsm.worker import is_scratch_name
 
 
@@ -144,8 +145,8 @@ def _check_manifest(fs: FileSystem, path: str, names: list[str], report: CheckRe
         return None
     try:
         return read_manifest(fs, path)
-    except CorruptionError as e:
-        report.damage(MANIFEST_NAME, e.detail)
+    except (CorruptionError, OSError) as e:  # OSError: a directory, a FIFO or a dangling link by that name
+        report.damage(MANIFEST_NAME, _detail(e))
         return None
 
 
@@ -193,9 +194,8 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
     floor = state.log_number if state is not None else 0
     if floor and log_file_name(floor) not in names:
         report.damage(log_file_name(floor), "missing (the manifest needs it: it holds writes no table has)")
-    # As recovery replays them: in number order, sequence numbers going up from the tables' newest.
-    last_seq = state.newest_table_sequence() if state is not None else 0
-    torn: tuple[str, int] | None = None  # a torn tail no record has followed yet
+    # As recovery replays them: in number order, sequence numbers going on from the tables' newest.
+    chain = LogChain(state.newest_table_sequence() if state is not None else 0)
     for number, name in sorted((n, name) for name in names if (n := parse_log_file_name(name)) is not None):
         if number < floor:
             report.note(name, "obsolete log, already flushed to tables (the next open deletes it)")
@@ -203,19 +203,21 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
         log_path = f"{path}/{name}"
         try:
             result = read_log(fs.read_file(log_path), log_path, paranoid=True)
-            last_seq = replay(result.records, last_seq, log_path)
+            lost = chain.lost_before(result.records, log_path)
+            chain.replay(result.records, result.dropped_bytes, log_path)
         except (CorruptionError, OSError) as e:
             report.damage(name, _detail(e))
+            chain.skip()
             continue
+        if lost is not None:  # an older log's end, found by this one's records
+            report.damage(os.path.basename(lost.path or ""), lost.detail)
         report.logs_checked += 1
         report.log_records_checked += len(result.records)
-        if torn is not None and result.records:
-            report.damage(torn[0], damaged_end(*torn).detail)
-            torn = None
-        if result.dropped_bytes:
-            torn = (name, result.dropped_bytes)
-    if torn is not None:
-        report.note(torn[0], f"torn tail of {torn[1]} bytes (a crash mid-append; the next open drops it)")
+    if chain.torn is not None:
+        name, dropped = chain.torn
+        report.note(
+            os.path.basename(name), f"torn tail of {dropped} bytes (a crash mid-append; the next open drops it)"
+        )
 
 
 def _detail(e: CorruptionError | OSError) -> str:

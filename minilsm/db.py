@@ -49,7 +49,7 @@ from types import TracebackType
 from typing import Any, Final, NoReturn, SupportsIndex
 
 from minilsm import compaction, report, worker
-from minilsm.batch import WriteBatch, encode_batch, replay
+from minilsm.batch import LogChain, WriteBatch, encode_batch
 from minilsm.bloom import key_hash
 from minilsm.cache import ClockCache, TableFileCache
 from minilsm.errors import (
@@ -74,7 +74,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
-from minilsm.wal import LogWriter, damaged_end, log_file_name, parse_log_file_name, read_log
+from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log
 
 LOCK_NAME: Final = "LOCK"
 SEEK_CHECK_INTERVAL: Final = 0.5
@@ -294,14 +294,13 @@ class DB:
         replayed = records = dropped = 0
         # Writes in these logs are newer than every table: a memtable's log falls below the log number in
         # the same manifest that adds its table.  Past that, each record goes on from the one before.
-        replayed_seq = state.newest_table_sequence()
+        chain = LogChain(state.newest_table_sequence())
         corruption: str | None = None
-        torn: tuple[str, int] | None = None  # (log, bytes) of a torn tail seen, while no record followed it
         for i, number in enumerate(logs):
             log_path = self._log_path(number)
             result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
-            if torn is not None and result.records:
-                err = damaged_end(*torn)  # a bad end of an older log, with writes after it
+            err = chain.lost_before(result.records, log_path)
+            if err is not None:  # an older log lost its end, and this one's writes come after it
                 if self.options.paranoid_checks:
                     raise err
                 corruption = str(err)
@@ -309,16 +308,14 @@ class DB:
                 break
             replayed += 1
             dropped += result.dropped_bytes
-            replayed_seq = replay(result.records, replayed_seq, log_path, mem.add)
-            self._last_seq = max(self._last_seq, replayed_seq)
+            chain.replay(result.records, result.dropped_bytes, log_path, mem.add)
+            self._last_seq = max(self._last_seq, chain.last)
             records += len(result.records)
             if result.corruption is not None:
                 corruption = str(result.corruption)
                 # Later logs hold later writes: applying them past a hole would reorder history.
                 dropped += sum(fs.file_size(self._log_path(n)) for n in logs[i + 1 :])
                 break
-            if result.dropped_bytes:
-                torn = (log_path, result.dropped_bytes)
         self.recovery = RecoveryReport(replayed, records, dropped, corruption)
         if dropped and corruption is None:
             _log.warning("%s: dropped a torn record of %d bytes at the end of a log (a crash mid-write)", path, dropped)

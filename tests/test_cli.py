@@ -455,3 +455,28 @@ def test_a_fifo_in_place_of_a_store_file_is_an_error_naming_it_not_a_hang(
     assert outcome, "the command hung on the FIFO"
     code, _, err = outcome[0]
     assert code == EXIT_ERROR and name in err, err
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
+def test_check_reports_an_unreadable_manifest_as_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Was: a table or log that could not be read was damage in the report, but a MANIFEST that could not
+    (a directory, a FIFO, a dangling link by that name) made check_store raise the bare OSError, so the
+    library call failed with no report and the command exited 3 instead of listing the damage."""
+    from minilsm.check import check_store
+
+    store = str(tmp_path / "store")
+    build(store, 50)
+    manifest = os.path.join(store, "MANIFEST")
+    os.remove(manifest)
+    if kind == "directory":
+        os.mkdir(manifest)
+    elif kind == "fifo":
+        os.mkfifo(manifest)
+    else:
+        os.symlink(os.path.join(store, "nowhere"), manifest)
+    report = check_store(store)
+    assert [(f.file, f.damage) for f in report.findings if f.damage] == [("MANIFEST", True)]
+    code, out, _ = run(capsys, "check", store)
+    assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST: cannot be read" in out

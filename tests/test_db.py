@@ -734,6 +734,47 @@ def test_a_damaged_end_of_an_older_log_is_not_a_torn_tail(db_path: str, tmp_path
         assert [db.get(b"b%d" % i) for i in range(5)] == [None] * 5
 
 
+@pytest.mark.parametrize("records_left", ["all_but_the_last", "none"])
+def test_an_older_log_cut_at_a_record_boundary_is_corruption(db_path: str, tmp_path: Any, records_left: str) -> None:
+    """Regression: the log of a frozen memtable (synced when it was frozen) cut at a record boundary, or to
+    zero bytes, ends in no torn tail, so recovery replayed it and then the newer log as if nothing were
+    missing: acknowledged writes were lost in silence, even with paranoid_checks, and minilsm check said ok.
+    A write takes the numbers right after the one before it, so the newer log's first record shows the gap;
+    and an older log with no record at all before a log with records has lost them."""
+    copy = str(tmp_path / "copy")
+    first, _ = two_logs_left_by_a_crash(db_path, copy)
+    data = open_bytes(first)
+    records = read_log(data, first).records
+    with open(first, "r+b") as f:
+        f.truncate(len(data) - 16 - len(records[-1]) if records_left == "all_but_the_last" else 0)
+    assert read_log(open_bytes(first), first).dropped_bytes == 0  # alone, the log looks whole
+    with pytest.raises(minilsm.CorruptionError) as e:
+        minilsm.DB(copy, background=False)
+    assert e.value.path == first and "lost" in e.value.detail
+    report = check_store(copy)
+    assert [(f.file, f.damage) for f in report.findings] == [(os.path.basename(first), True)]
+    with minilsm.DB(copy, paranoid_checks=False, background=False) as db:  # as at a damaged end: stop there
+        n = db.recovery.records_replayed
+        assert db.recovery.corruption is not None and n == (
+            len(records) - 1 if records_left == "all_but_the_last" else 0
+        )
+        assert [db.get(b"a%d" % i) for i in range(10)] == [b"v" * 50] * n + [None] * (10 - n)
+        assert [db.get(b"b%d" % i) for i in range(5)] == [None] * 5
+
+
+def test_a_record_jumping_ahead_within_a_log_is_corruption(tmp_path: Any) -> None:
+    """Records of one log are consecutive writes: one whose sequence number skips ahead says records between
+    were lost (a forged or spliced log), and is refused as one going back is."""
+    from minilsm.batch import encode_batch, replay
+
+    path = str(tmp_path / "000007.log")
+    ops = [(KIND_VALUE, b"k", b"v")]
+    assert replay([encode_batch(5, ops), encode_batch(6, ops)], 2, path) == 6  # the first may start above
+    with pytest.raises(minilsm.CorruptionError, match="record 1 has sequence number 8, not 6") as e:
+        replay([encode_batch(5, ops), encode_batch(8, ops)], 2, path)
+    assert e.value.path == path
+
+
 def test_a_torn_tail_before_an_empty_newer_log_is_a_torn_tail(db_path: str) -> None:
     """A crash mid-append, then an open that failed after creating its new log: the torn record is the last
     thing ever written, and the store opens without it."""

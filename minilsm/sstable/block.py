@@ -280,6 +280,14 @@ class Block:
             raise CorruptionError(f"data block: entry {i} does not end where the next begins")
         return data[o : o + key_len], trailer, data[o + key_len : end]
 
+    def last_trailer(self) -> int:
+        """The trailer (sequence number and kind) of the last entry, read in place.  O(1).
+
+        Construction checked that the last entry's header lies inside the block.
+        """
+        data = self.data
+        return int(_U64.unpack_from(data, _U32.unpack_from(data, self.buckets_at - 4)[0] + 8)[0])
+
     def key_at(self, i: int) -> bytes:
         """User key of entry `i` (0 <= i < count)."""
         o = self.offsets[i]

@@ -119,3 +119,14 @@ def test_readmissing_reads_only_absent_keys_between_present_ones() -> None:
     present = [w.present_key(i) for i in range(num)]
     assert len(asked) == 2000
     assert all(present[0] < k < present[-1] and k not in present for k in asked)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 9, 13, 100, 101, 150, 2496, 25000])
+def test_latency_percentiles_are_nearest_rank(n: int) -> None:
+    """Was: round(q * n) - 1, which rounds x.5 to even: the p50 of 5, 9 or 13 samples was one rank low, and the
+    p99 of 150 was the 148th, not the 149th."""
+    samples = [1000 * (i + 1) for i in range(n)]  # the r-th smallest is r us
+    for q in (0.5, 0.99):
+        rank = max(1, -(-int(q * 100) * n // 100))  # ceil(q * n) in integers
+        assert w.percentile(samples, q) == rank
+    assert w.percentile([], 0.5) is None

@@ -172,7 +172,7 @@ class Block:
     never as a wrong-typed exception.
     """
 
-    __slots__ = ("_offsets", "buckets_at", "count", "data", "limit", "num_buckets")
+    __slots__ = ("_offsets", "buckets_at", "count", "data", "last_trailer", "limit", "num_buckets")
 
     def __init__(self, data: bytes) -> None:
         size = len(data)
@@ -187,6 +187,8 @@ class Block:
         if first != 0 or last > limit - _HEADER_SIZE:
             raise CorruptionError("data block: offset array points outside the entries")
         self.data = data
+        self.last_trailer: int = _U64.unpack_from(data, last + 8)[0]
+        """The last entry's trailer, which a reader matches against its index entry."""
         self._offsets: array[int] | None = None
         self.count = count
         self.limit = limit  # where the entries end and the offset array begins
@@ -279,14 +281,6 @@ class Block:
         if o + key_len + value_len != end:
             raise CorruptionError(f"data block: entry {i} does not end where the next begins")
         return data[o : o + key_len], trailer, data[o + key_len : end]
-
-    def last_trailer(self) -> int:
-        """The trailer (sequence number and kind) of the last entry, read in place.  O(1).
-
-        Construction checked that the last entry's header lies inside the block.
-        """
-        data = self.data
-        return int(_U64.unpack_from(data, _U32.unpack_from(data, self.buckets_at - 4)[0] + 8)[0])
 
     def key_at(self, i: int) -> bytes:
         """User key of entry `i` (0 <= i < count)."""

@@ -321,6 +321,31 @@ def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseEx
     return thread, outcome
 
 
+def test_a_read_prefers_the_memtable_to_the_memtable_being_flushed(db_path: str) -> None:
+    """While a frozen memtable waits for its flush, the writes made since (in the new memtable) are the newer:
+    a read answers from them first, an overwrite and a delete included, and a snapshot taken before them
+    still answers from the frozen one."""
+    fs = GateFS(1)  # the first table, the flush's, is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    db.put(b"a", b"old")
+    db.put(b"b", b"old")
+    snap = db.snapshot()
+    flusher, outcome = in_thread(db.flush)
+    assert fs.reached.wait(10), "the flush never started"
+    assert db._imm is not None  # the old writes are in the frozen memtable, the flush at the gate
+    db.put(b"a", b"new")
+    db.delete(b"b")
+    assert (db.get(b"a"), db.get(b"b")) == (b"new", None)
+    assert dict(db.iterator()) == {b"a": b"new"}
+    assert (snap.get(b"a"), snap.get(b"b")) == (b"old", b"old")
+    fs.gate.set()
+    flusher.join(10)
+    assert outcome == [None]
+    assert (db.get(b"a"), db.get(b"b")) == (b"new", None)
+    snap.close()
+    db.close()
+
+
 def test_close_stops_a_flush_waiting_in_another_thread(db_path: str) -> None:
     """close() while flush() waits for the background thread: the flush gets ClosedError, it does not hang."""
     db, fs = store_with_compaction_at_the_gate(db_path)

@@ -34,7 +34,7 @@ from minilsm import __version__
 from minilsm.check import check_store
 from minilsm.db import DB
 from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
-from minilsm.errors import Error
+from minilsm.errors import Error, NotFoundError
 from minilsm.fs import DEFAULT_FS
 from minilsm.keys import check_key, check_value
 from minilsm.options import Options
@@ -88,6 +88,9 @@ def _open(args: argparse.Namespace, *, create: bool = False, **options: Any) -> 
             compaction_style=args.compaction_style,
             **options,
         )
+    except NotFoundError:
+        # The library's message names its create_if_missing option, which the command line has not got.
+        raise NotFoundError(f"no minilsm store at {os.path.abspath(args.path)} (put creates one)") from None
     except ValueError as e:
         # The options are valid (argparse checked them), so the store refused them: one with tables
         # below the default max_levels.  The store cannot be used with this command's options.

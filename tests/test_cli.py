@@ -290,7 +290,8 @@ def test_a_usage_error_names_an_oversized_key_clipped(capsys: pytest.CaptureFixt
 def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     with fast_tmp_dir() as d:
         code, _, err = run(capsys, "get", os.path.join(d, "nothing"), "k")
-        assert code == EXIT_ERROR and "no minilsm store" in err
+        assert code == EXIT_ERROR and "no minilsm store" in err and "(put creates one)" in err
+        assert "create_if_missing" not in err  # an option of the library, not of the command line
         code, _, err = run(capsys, "check", d)
         assert code == EXIT_ERROR and "no minilsm store" in err
     with minilsm.DB(store):

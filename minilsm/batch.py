@@ -26,7 +26,16 @@ from types import TracebackType
 from typing import Final
 
 from minilsm.errors import ClosedError, CorruptionError
-from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_SEQUENCE, MAX_VALUE_SIZE, check_key, check_value
+from minilsm.keys import (
+    KIND_DELETE,
+    KIND_VALUE,
+    MAX_KEY_SIZE,
+    MAX_SEQUENCE,
+    MAX_VALUE_SIZE,
+    BytesLike,
+    check_key,
+    check_value,
+)
 from minilsm.wal import MAX_RECORD_SIZE, damaged_end
 
 Op = tuple[int, bytes, bytes]
@@ -264,7 +273,7 @@ class WriteBatch:
         self._owner = _owner  # the store a bound batch belongs to
         self._closed = False
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: BytesLike, value: BytesLike) -> None:
         """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized."""
         if self._closed:
             raise ClosedError("write batch was already written")
@@ -272,7 +281,7 @@ class WriteBatch:
         value = check_value(value)
         self._add(KIND_VALUE, key, value)
 
-    def delete(self, key: bytes) -> None:
+    def delete(self, key: BytesLike) -> None:
         """Remove `key` (a no-op on the data if it is absent, but still an op with a sequence number)."""
         if self._closed:
             raise ClosedError("write batch was already written")

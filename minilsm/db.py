@@ -46,7 +46,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from types import TracebackType
-from typing import Any, Final, NoReturn, SupportsIndex
+from typing import Any, Final, NoReturn, SupportsIndex, TypeVar, overload
 
 from minilsm import compaction, report, worker
 from minilsm.batch import LogChain, WriteBatch, encode_batch
@@ -64,7 +64,7 @@ from minilsm.errors import (
 )
 from minilsm.fs import FileSystem
 from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds
-from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, check_key, check_value
+from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, BytesLike, check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
 from minilsm.memtable import MemTable
 from minilsm.options import Options
@@ -94,6 +94,8 @@ is one C call that holds the interpreter lock throughout, 17 ms for the default 
 _log = logging.getLogger("minilsm")
 
 _MISSING: Any = object()
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -468,7 +470,7 @@ class DB:
 
     # -- writing ----------------------------------------------------------------------
 
-    def put(self, key: bytes, value: bytes, *, sync: bool | None = None) -> None:
+    def put(self, key: BytesLike, value: BytesLike, *, sync: bool | None = None) -> None:
         """Set `key` to `value`.  `sync=True` fsyncs the log before returning.
 
         Cost: one log append (plus an fsync if syncing) and an O(1) memtable insert (a dict
@@ -481,7 +483,7 @@ class DB:
             value = check_value(value)
         self._write(((KIND_VALUE, key, value),), sync)
 
-    def delete(self, key: bytes, *, sync: bool | None = None) -> None:
+    def delete(self, key: BytesLike, *, sync: bool | None = None) -> None:
         """Remove `key` (a tombstone; deleting a missing key is not an error, as in LevelDB)."""
         if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
             key = check_key(key)
@@ -650,7 +652,11 @@ class DB:
 
     # -- reading ----------------------------------------------------------------------
 
-    def get(self, key: bytes, default: Any = None) -> Any:
+    @overload
+    def get(self, key: BytesLike) -> bytes | None: ...
+    @overload
+    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
+    def get(self, key: BytesLike, default: Any = None) -> Any:
         """The value of `key`, or `default` when it is absent or deleted.
 
         Cost: two dict lookups for the memtables; then, per table that may hold the
@@ -704,10 +710,10 @@ class DB:
 
     def iterator(
         self,
-        start: bytes | None = None,
-        stop: bytes | None = None,
+        start: BytesLike | None = None,
+        stop: BytesLike | None = None,
         *,
-        prefix: bytes | None = None,
+        prefix: BytesLike | None = None,
         reverse: bool = False,
         include_key: bool = True,
         include_value: bool = True,
@@ -731,9 +737,9 @@ class DB:
     def _iterator(
         self,
         seq: int | None,
-        start: bytes | None,
-        stop: bytes | None,
-        prefix: bytes | None,
+        start: BytesLike | None,
+        stop: BytesLike | None,
+        prefix: BytesLike | None,
         reverse: bool,
         include_key: bool,
         include_value: bool,
@@ -825,16 +831,16 @@ class DB:
 
     # -- mapping sugar ---------------------------------------------------------------
 
-    def __getitem__(self, key: bytes) -> bytes:
+    def __getitem__(self, key: BytesLike) -> bytes:
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value  # type: ignore[no-any-return]
+        return value
 
-    def __setitem__(self, key: bytes, value: bytes) -> None:
+    def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
         self.put(key, value)
 
-    def __delitem__(self, key: bytes) -> None:
+    def __delitem__(self, key: BytesLike) -> None:
         """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises)."""
         # A write from another thread may land between the check and the delete; the outcome is
         # still one that some order of the two calls gives, as with a dict shared between threads.
@@ -843,7 +849,7 @@ class DB:
         self.delete(key)
 
     def __contains__(self, key: object) -> bool:
-        return self.get(key, _MISSING) is not _MISSING  # type: ignore[arg-type]
+        return self.get(key, _MISSING) is not _MISSING  # type: ignore[call-overload]
 
     # -- flushing and compacting -------------------------------------------------------
 
@@ -864,7 +870,7 @@ class DB:
             # manifest write after that failed: only the recorded error tells.
             self._check_writable()
 
-    def compact_range(self, start: bytes | None = None, stop: bytes | None = None) -> None:
+    def compact_range(self, start: BytesLike | None = None, stop: BytesLike | None = None) -> None:
         """Compact the keys in [start, stop] (None: unbounded) down to the bottom level.
 
         Flushes the memtable first, so that afterwards the range is fully merged and
@@ -1349,7 +1355,7 @@ class DB:
         """Every live table: level, file, size, entries, tombstones, key range, filter and its FPR.  O(tables)."""
         return report.table_infos(self._version)
 
-    def explain(self, key: bytes) -> ReadTrace:
+    def explain(self, key: BytesLike) -> ReadTrace:
         """Read `key` and return the trace of that read: each memtable and table it looked at, and why.
 
         This is the real read path run with a trace list, so it counts in `stats()`
@@ -1366,7 +1372,7 @@ class DB:
             value = self._get(key, seq, None, trace)
         return report.read_trace(key, seq, value, trace, version)
 
-    def may_contain(self, key: bytes) -> bool:
+    def may_contain(self, key: BytesLike) -> bool:
         """False only if `key` is certainly absent, judged by the memtables and the filters: no data block is read.
 
         O(memtables + tables a read would probe); counts nothing in `stats()`.
@@ -1667,7 +1673,12 @@ class Snapshot:
         if self._closed:
             raise ClosedError("the snapshot was closed during the read")
 
-    def get(self, key: bytes, default: Any = None) -> Any:
+    @overload
+    def get(self, key: BytesLike) -> bytes | None: ...
+    @overload
+    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
+    def get(self, key: BytesLike, default: Any = None) -> Any:
+        """The value of `key` as of the snapshot, or `default` when it was absent or deleted then."""
         self._check()
         value = self._db._get(check_key(key), self.sequence, default, None)
         if self._closed:  # released by another thread during the read (one attribute test when not)
@@ -1676,10 +1687,10 @@ class Snapshot:
 
     def iterator(
         self,
-        start: bytes | None = None,
-        stop: bytes | None = None,
+        start: BytesLike | None = None,
+        stop: BytesLike | None = None,
         *,
-        prefix: bytes | None = None,
+        prefix: BytesLike | None = None,
         reverse: bool = False,
         include_key: bool = True,
         include_value: bool = True,
@@ -1697,14 +1708,14 @@ class Snapshot:
             raise
         return it  # its tables are fixed now: the snapshot's release no longer matters to it
 
-    def __getitem__(self, key: bytes) -> bytes:
+    def __getitem__(self, key: BytesLike) -> bytes:
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def __contains__(self, key: object) -> bool:
-        return self.get(key, _MISSING) is not _MISSING  # type: ignore[arg-type]
+        return self.get(key, _MISSING) is not _MISSING  # type: ignore[call-overload]
 
     def __iter__(self) -> Iterator[bytes]:
         """The keys in order, as `DB.__iter__` (not plyvel's (key, value) pairs)."""

@@ -11,7 +11,10 @@ and versions sort by user key ascending, then trailer descending (newest first).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeAlias
+
+BytesLike: TypeAlias = bytes | bytearray | memoryview
+"""What the public API takes for a key or a value: `bytes`, or a `bytearray`/`memoryview` (copied to bytes)."""
 
 KIND_DELETE: Final = 0
 KIND_VALUE: Final = 1

@@ -1,0 +1,60 @@
+"""The public API's type hints say what it does: checked by running mypy --strict on a user's snippet."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SNIPPET = """
+from typing import assert_type
+import minilsm
+
+def use(db: minilsm.DB, snap: minilsm.Snapshot, wb: minilsm.WriteBatch) -> None:
+    assert_type(db.get(b"k"), bytes | None)             # not Any: a missing key is None
+    assert_type(db.get(b"k", b""), bytes)
+    assert_type(db.get(b"k", 0), bytes | int)
+    assert_type(snap.get(b"k"), bytes | None)
+    assert_type(snap.get(b"k", b"?"), bytes)
+    # README: keys (and values) may also be bytearray or memoryview
+    db.put(bytearray(b"k"), memoryview(b"v"))
+    db.get(memoryview(b"k"))
+    db.delete(bytearray(b"k"))
+    db[bytearray(b"k")] = bytearray(b"v")
+    db.iterator(start=bytearray(b"a"), stop=memoryview(b"b"), prefix=bytearray(b""))
+    db.compact_range(bytearray(b"a"), memoryview(b"z"))
+    wb.put(bytearray(b"k"), memoryview(b"v"))
+    wb.delete(memoryview(b"k"))
+"""
+
+BAD = """
+import minilsm
+
+def use(db: minilsm.DB) -> None:
+    v: bytes = db.get(b"k")                             # may be None
+"""
+
+
+def _mypy(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    f = tmp_path / "user.py"
+    f.write_text(textwrap.dedent(code))
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c"), str(f)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        # The checkout's package, whether or not it is installed (an editable install hides it from mypy).
+        env={**os.environ, "MYPYPATH": str(Path(__file__).resolve().parents[1])},
+    )
+
+
+def test_public_api_types(tmp_path: Path) -> None:
+    pytest.importorskip("mypy")
+    r = _mypy(tmp_path, SNIPPET)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _mypy(tmp_path, BAD)
+    assert r.returncode == 1 and "incompatible types in assignment" in r.stdout.lower(), r.stdout + r.stderr

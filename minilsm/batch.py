@@ -19,6 +19,7 @@ forged file) raises `CorruptionError` instead of producing a wrong write.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -257,7 +258,7 @@ class WriteBatch:
     O(1) otherwise; `len`, `approximate_size` O(1).
     """
 
-    __slots__ = ("_closed", "_ops", "_owner", "_size", "_sync", "_writer")
+    __slots__ = ("_claims", "_closed", "_ops", "_owner", "_size", "_sync", "_writer")
 
     def __init__(
         self,
@@ -272,6 +273,7 @@ class WriteBatch:
         self._sync = _sync  # a bound batch's `sync=` from ``db.write_batch``: how it is written unless told otherwise
         self._owner = _owner  # the store a bound batch belongs to
         self._closed = False
+        self._claims = itertools.count()  # a bound batch's writes, counted atomically (see `_apply`)
 
     def put(self, key: BytesLike, value: BytesLike) -> None:
         """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized."""
@@ -342,6 +344,10 @@ class WriteBatch:
         if self._writer is None:
             apply(self)
             return
+        # The test above and the flag set below are apart: two threads writing the batch at once would both
+        # pass the test.  One C call hands out the write: only the first caller gets 0.
+        if next(self._claims):
+            raise ClosedError("write batch was already written")
         try:
             apply(self)
         finally:

@@ -843,3 +843,46 @@ def test_an_exception_anywhere_in_the_background_thread_stops_writers_with_read_
     assert "a bug in the compaction picker" in caplog.text
     monkeypatch.undo()
     db.close()
+
+
+def test_a_batch_written_from_two_threads_at_once_is_applied_once(db_path: str) -> None:
+    """Was: `WriteBatch._apply` tested `_closed` and set it only once the write was done, so a bound batch written
+    by two threads at once passed the test in both and was applied twice: the second application put its old
+    values back over writes acknowledged in between.  The second writer now gets `ClosedError`."""
+    db = minilsm.DB(db_path, background=False)
+    batch = db.write_batch()
+    batch.put(b"k", b"old")
+    first_inside, second_done = threading.Event(), threading.Event()
+    applied: list[str] = []
+    real = db._write_batch
+
+    def gated(b: minilsm.WriteBatch, sync: bool | None) -> None:  # after _apply's test, before the store's write
+        applied.append(threading.current_thread().name)
+        if len(applied) == 1:
+            first_inside.set()
+            assert second_done.wait(10)
+        real(b, sync)
+
+    db._write_batch = gated  # type: ignore[method-assign]
+    outcome: dict[str, str] = {}
+
+    def write() -> None:
+        try:
+            batch.write()
+            outcome[threading.current_thread().name] = "written"
+        except minilsm.ClosedError:
+            outcome[threading.current_thread().name] = "closed"
+
+    first = threading.Thread(target=write, name="first")
+    first.start()
+    assert first_inside.wait(10)
+    second = threading.Thread(target=write, name="second")
+    second.start()
+    second.join(10)
+    second_done.set()
+    first.join(10)
+    assert applied == ["first"], applied
+    assert outcome == {"first": "written", "second": "closed"}, outcome
+    db.put(b"k", b"new")
+    assert db.get(b"k") == b"new"
+    db.close()

@@ -238,10 +238,10 @@ class Worker:
                 proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
                 stdin, stdout = proc.stdin, proc.stdout
                 assert stdin is not None and stdout is not None
-                stdin.write(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
-                stdin.flush()
+                data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
             except BaseException as e:
                 self._broken(e)
+            self._send(stdin, data, meanwhile)
             if meanwhile is not None:
                 # The reply is one pickle written at once, so the pipe turns readable only when it comes (or when
                 # the worker dies).  poll, not select: select fails for a descriptor numbered 1024 or above.
@@ -278,6 +278,39 @@ class Worker:
             # with the store's own report (a full disk fails there too).  Not the worker's failure: it serves on.
             raise WorkerUnavailableError(f"a job failed in the compaction worker's process: {payload!r}") from payload
         raise payload
+
+    def _send(self, stdin: IO[bytes], data: bytes, meanwhile: Callable[[], None] | None) -> None:
+        """Write the pickled job `data` to the worker, calling `meanwhile()` every `MEANWHILE_EVERY` seconds that
+        the pipe stays full.
+
+        A flush job carries a memtable, megabytes where a pipe holds 64 KiB: a blocking write would wait for
+        as long as the worker does not read (stopped by SIGSTOP, or stuck), and hold up close() with it.  So the
+        pipe is written without blocking, a part at a time.  If `meanwhile` raises, the job is abandoned (the
+        worker, which holds part of it, is killed) and its exception propagates, as while waiting for the reply.
+        """
+        abandoned = False
+        try:
+            fd = stdin.fileno()
+            os.set_blocking(fd, False)  # only ever written here, through the descriptor (the buffer stays empty)
+            ready = select.poll()
+            ready.register(fd, select.POLLOUT)
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                    continue
+                except BlockingIOError:
+                    pass
+                if ready.poll(None if meanwhile is None else MEANWHILE_EVERY * 1000) or meanwhile is None:
+                    continue
+                abandoned = True
+                meanwhile()
+                abandoned = False
+        except BaseException as e:
+            if abandoned:
+                self._end(kill=True)  # not the worker's failure: no count
+                raise
+            self._broken(e)
 
     def _broken(self, e: BaseException) -> NoReturn:
         """Dead, or out of step with us (an interrupt mid-reply): never reuse it, nor wait for it."""

@@ -649,6 +649,45 @@ def test_close_does_not_wait_for_a_flush_in_a_worker_that_hangs(
     reopen_with_a_working_worker(db_path, monkeypatch, model)
 
 
+def test_close_does_not_wait_for_a_flush_job_a_stopped_worker_does_not_read(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: a flush job (the pickled memtable, far more than a pipe holds) was sent with a blocking write, before
+    any look at the store, so a worker that had stopped reading (SIGSTOP, or stuck) held the background thread in
+    that write, and close() joined it forever.  Now the job is sent a part at a time, looking for a close between."""
+    never_reads = worker.Worker([sys.executable, "-c", "import time; time.sleep(600)"])
+    monkeypatch.setattr(worker, "_shared", never_reads)
+    rng = random.Random(7)
+    closer: threading.Thread | None = None
+    try:
+        # A memtable of 256 KiB of values no pickle can share: its flush job is four times a pipe's 64 KiB.
+        db = DB(db_path, **small_options(background=True, memtable_size=256 << 10, level0_stop_writes_trigger=1000))
+        model: dict[bytes, bytes] = {}
+        for i in range(300):
+            model[b"k%05d" % i] = rng.randbytes(1000)
+            db.put(b"k%05d" % i, model[b"k%05d" % i])
+        deadline = time.monotonic() + 20
+        while not never_reads._lock.locked() and time.monotonic() < deadline:  # the flush job is being sent
+            time.sleep(0.01)
+        assert never_reads._lock.locked(), "no flush reached the worker"
+        time.sleep(0.2)  # the pipe is full now
+        closer = threading.Thread(target=db.close, daemon=True)
+        started = time.monotonic()
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive(), "close() waits for a worker that does not read its job"
+        assert time.monotonic() - started < 10
+        assert never_reads.pid is None  # ended with the job it never read
+    finally:
+        proc = never_reads._proc
+        if proc is not None:
+            proc.kill()  # frees a background thread blocked in the write (the bug), so that the test ends
+        if closer is not None:
+            closer.join(20)
+        never_reads.close()
+    reopen_with_a_working_worker(db_path, monkeypatch, model)
+
+
 def reopen_with_a_working_worker(db_path: str, monkeypatch: pytest.MonkeyPatch, model: dict[bytes, bytes]) -> None:
     """After a stuck worker's job was abandoned: the store, reopened, holds exactly `model`, and no scratch."""
     monkeypatch.setattr(worker, "_shared", worker.Worker())

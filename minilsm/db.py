@@ -11,11 +11,13 @@ Read path (`get`):
   Bloom filter (with the key hashed once for all tables), then reads one block.
 
 Background work (one thread, or inline with ``background=False``):
-  flush the frozen memtable to a level-0 table, then compact while some level
-  is over its limit, or a table is probed in vain too often (seek compaction:
-  reads only count, and the idle background thread looks every
-  `SEEK_CHECK_INTERVAL` seconds; inline, it waits for the next write's
-  background work; either way, at most a quarter of the time: `SEEK_PACE`).
+  flush the frozen memtable to a level-0 table (with the compaction worker, a
+  merge that is due starts first and the thread flushes beside it), then
+  compact while some level is over its limit, or a table is probed in vain
+  too often (seek compaction: reads only count, and the idle background
+  thread looks every `SEEK_CHECK_INTERVAL` seconds; inline, it waits for the
+  next write's background work; either way, at most a quarter of the time:
+  `SEEK_PACE`).
   Each ends by atomically replacing the manifest; files that no live
   `Version` needs are deleted afterwards.
 

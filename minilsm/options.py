@@ -33,11 +33,11 @@ class Options:
     indexes stay in memory regardless."""
     mmap_reads: bool = False
     """Read tables through a memory mapping of each file instead of ``pread`` (RocksDB's ``allow_mmap_reads``;
-    LevelDB always maps): a point read costs about 1-2 us less.  Off by default because a read then never releases
-    the interpreter lock, so other threads of the process (a writer, the store's own flush thread) wait up to the
-    switch interval for it after each of their system calls; and because a mapped table that another program cuts
-    short ends the process with SIGBUS instead of a `CorruptionError` (see `FileSystem.open_mapped`).  For a
-    process that mostly reads, from one thread."""
+    LevelDB maps up to 1000 table files on 64-bit systems): a point read costs about 1-2 us less.  Off by default
+    because a read then never releases the interpreter lock, so other threads of the process (a writer, the store's
+    own flush thread) wait up to the switch interval for it after each of their system calls; and because a mapped
+    table that another program cuts short ends the process with SIGBUS instead of a `CorruptionError` (see
+    `FileSystem.open_mapped`).  For a process that mostly reads, from one thread."""
 
     # -- write path --
     memtable_size: int = 4 << 20
@@ -47,8 +47,9 @@ class Options:
     sync: bool = False
     """fsync the log before acknowledging every write (per-call `sync=` overrides)."""
     background: bool = True
-    """Run flushes and compactions in a background thread (False: inline, deterministic: in the writing thread, after
-    the write that fills a memtable, or at the first write after an open that left work due)."""
+    """Run flushes and compactions in a background thread (False: inline, deterministic: in the writing thread, at
+    the start of the first write that finds the memtable full, before that write is logged, or at the first write
+    after an open that left work due)."""
     compaction_worker: bool = True
     """With `background`: merge compactions in a helper process (`minilsm.worker`, one for all the stores of this
     Python process) instead of the background thread, so that they run on a second core and do not share the
@@ -115,7 +116,8 @@ class Options:
                     raise ValueError(f"{f.name} is too large for a float (a {v.bit_length()}-bit int)") from None
         if not isinstance(self.fs, FileSystem):
             raise TypeError(f"fs must be a minilsm.fs.FileSystem, not {type(self.fs).__name__}")
-        # Past ~43 bits per key a filter gains nothing (k is capped at 30); far past it, it exhausts memory.
+        # Past ~43 bits per key k stays at 30 (MAX_K): more bits still lower the rate (1e-9 at 43, 3e-18 at 100),
+        # just less than they would at the optimal k; far past it, a filter exhausts memory.
         need(0 <= self.bits_per_key <= 100, f"bits_per_key must be in [0, 100], got {self.bits_per_key}")
         need(self.block_size >= 64, f"block_size must be >= 64, got {self.block_size}")
         need(self.block_cache_size >= 0, "block_cache_size must be >= 0")

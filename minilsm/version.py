@@ -52,7 +52,7 @@ class KeyRanges:
 
 
 class Version:
-    """Live tables by level.  Build with `Version(levels)` or `version.apply(...)`; never mutated."""
+    """Live tables by level.  Build with `Version(levels, max_levels)` or `version.apply(...)`; never mutated."""
 
     __slots__ = (
         "__weakref__",

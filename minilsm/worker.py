@@ -31,8 +31,10 @@ One worker serves every store of the process, one job at a time (a second core
 is what it is for), started at the first job and ended at exit.  Jobs and
 results travel as pickles over the worker's stdin and stdout.  If the worker
 cannot be started or dies, `WorkerUnavailableError` tells the store to run the job
-itself; an error *of the job* (a corrupt input table, a full disk) comes back
-as the exception the job raised, as if it had run in-process.
+itself, and so does a file operation of the job that fails in the worker's
+process (an `OSError`: its own limits, or a full disk, which then fails in the
+store's thread too); any other error *of the job* (a corrupt input table)
+comes back as the exception the job raised, as if it had run in-process.
 """
 
 from __future__ import annotations

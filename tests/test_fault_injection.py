@@ -518,7 +518,7 @@ def fifty_keys_ready_for(db: minilsm.DB, call: str) -> None:
         ("open", "flush"),  # the new log of a frozen memtable
         ("write", "flush"),  # the level-0 table
         ("rename", "compact_range"),  # a manual compaction's output table
-        ("sync", "put"),  # a put that fills the memtable flushes it inline
+        ("sync", "put"),  # a put that finds the memtable full flushes it inline first
     ],
 )
 def test_regression_a_failed_flush_or_compaction_raises_store_io_error_then_read_only(

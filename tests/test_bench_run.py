@@ -79,6 +79,7 @@ def test_the_tiered_variant_runs_only_when_named(tmp_path: Path, capsys: pytest.
         "minilsm-mmap",
         "minilsm-noseek",
         "minilsm-large",
+        "rocksdb-small",
     ]
     out = tmp_path / "report.json"
     argv = ["--num", "400", "--stores", "minilsm,minilsm-tiered", "--workloads", "fillrandom,readmissing"]

@@ -171,6 +171,9 @@ class DB:
         self._file_cache = TableFileCache(self._fs, self.options.max_open_files, mapped=self.options.mmap_reads)
         self._imm: MemTable | None = None
         self._imm_log_number = 0  # the log holding the frozen memtable's writes
+        self._level0_full = False
+        """The open left level 0 at `level0_stop_writes_trigger` tables or more: writes take the slow path
+        (`_make_room`) and wait for compaction to bring it under, whatever room the memtable has."""
         self._work_due = False
         """Inline mode: the open left flushes or compactions due, which the next write runs (background mode's
         thread starts them at once, as LevelDB does).  A store opened only to read is left as it was."""
@@ -334,6 +337,12 @@ class DB:
                 self._write_level0_table(mem)
             self._write_manifest()
             self._delete_obsolete_files()
+            # Each open that replays writes adds a level-0 table, and close() abandons a merge still running in
+            # the worker, so a store opened for a few writes at a time (never filling a memtable, where writes
+            # otherwise wait for level 0: `_make_room`) would grow level 0 by a table a session, without bound.
+            # Such an open makes its writes wait for level 0 first (not for a tiered store's runs that no
+            # merge would reduce).
+            self._level0_full = self._level0_stalls()
         # A compaction worker's scratch directory outlives only a crash of the store's process.
         worker.remove_leftover_scratch(fs, path)
 
@@ -545,6 +554,7 @@ class DB:
                 or self._bg_error is not None
                 or self._mem.approximate_size >= opts.memtable_size
                 or self._work_due
+                or self._level0_full
             ):
                 self._make_room()
             seq = self._last_seq + 1
@@ -605,22 +615,33 @@ class DB:
             self._do_background_work()
         while True:
             self._check_writable()
+            if self._level0_full:  # the open left level 0 full (see `_recover`)
+                if self._level0_stalls():
+                    self._wait_for_background()
+                    continue
+                self._level0_full = False
             if self._mem.approximate_size < opts.memtable_size:
                 return
             if self._imm is not None:
                 # The previous memtable is still being flushed: writes wait here (LevelDB's stall).
                 self._wait_for_background()
                 continue
-            if (
-                len(self._version.levels[0]) >= opts.level0_stop_writes_trigger
-                and compaction.pick_compaction(self._version, opts, self._compact_pointers) is not None
-            ):
+            if self._level0_stalls():
+                # As LevelDB, only once a memtable is full: waiting at every write would cost a heavy load
+                # (1M overwrites) 13% for the memtable's worth of writes it lets through first.
                 self._wait_for_background()
                 continue
             self._freeze_memtable()
             if not opts.background:
                 self._do_background_work()
             return
+
+    def _level0_stalls(self) -> bool:
+        """Level 0 holds `level0_stop_writes_trigger` tables and a compaction would reduce them: writes wait."""
+        return (
+            len(self._version.levels[0]) >= self.options.level0_stop_writes_trigger
+            and compaction.pick_compaction(self._version, self.options, self._compact_pointers) is not None
+        )
 
     def _freeze_memtable(self) -> None:
         """The memtable becomes immutable; new writes go to a new memtable and a new log."""

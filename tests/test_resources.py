@@ -319,3 +319,23 @@ def test_a_read_opening_a_table_file_as_the_store_closes_leaves_no_file_open(db_
     assert not reader.is_alive()
     assert len(outcome) == 1 and (outcome[0] is None or isinstance(outcome[0], minilsm.ClosedError)), outcome
     assert table_fds(db_path) == 0, "a table file opened during close() stays open"
+
+
+@pytest.mark.parametrize("worker", [False, True], ids=["thread", "worker"])
+def test_level0_stays_bounded_across_short_sessions(db_path: str, worker: bool) -> None:
+    """Was: a store opened for a few writes at a time (fewer than fill a memtable) gained a level-0 table per
+    open, from its recovered log, and close() abandoned the merge the open had started in the worker; writes
+    waited for `level0_stop_writes_trigger` only once a memtable filled, so level 0 grew without bound (962
+    tables after 1000 sessions, each read probing all of them, memory and open time growing with it)."""
+    opts = small_options(background=True, compaction_worker=worker, memtable_size=1 << 20)
+    stop = opts["level0_stop_writes_trigger"]
+    peak = 0
+    for session in range(30):
+        with minilsm.DB(db_path, **opts) as db:
+            peak = max(peak, len(db.version.levels[0]))
+            for i in range(5):  # the same keys each time: the level-0 tables overlap, so a merge is due
+                db.put(b"k%04d" % i, b"v%d" % session)
+    with minilsm.DB(db_path, **opts) as db:
+        peak = max(peak, len(db.version.levels[0]))
+        assert list(db.iterator()) == [(b"k%04d" % i, b"v29") for i in range(5)]
+    assert peak <= stop + 1, f"level 0 reached {peak} tables with level0_stop_writes_trigger={stop}"

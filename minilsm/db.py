@@ -543,7 +543,7 @@ class DB:
     def _write(
         self, ops: tuple[tuple[int, bytes, bytes], ...] | list[tuple[int, bytes, bytes]], sync: bool | None
     ) -> None:
-        if sync is not None and sync is not True and sync is not False:  # `put`'s and `delete`'s (one test if None)
+        if sync is not None:  # `put`'s and `delete`'s: one test on the usual call
             _check_flag("sync", sync)
         with self._mutex:
             opts = self.options

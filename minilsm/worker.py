@@ -252,17 +252,7 @@ class Worker:
                     waiting.register(stdout, select.POLLIN)
                 except BaseException as e:
                     self._broken(e)
-                while True:
-                    try:
-                        if waiting.poll(MEANWHILE_EVERY * 1000):
-                            break
-                    except BaseException as e:
-                        self._broken(e)
-                    try:
-                        meanwhile()
-                    except BaseException:
-                        self._end(kill=True)  # not the worker's failure: no count
-                        raise
+                self._await(waiting, meanwhile)
             try:
                 ok, payload = pickle.load(stdout)
             except BaseException as e:
@@ -290,29 +280,40 @@ class Worker:
         pipe is written without blocking, a part at a time.  If `meanwhile` raises, the job is abandoned (the
         worker, which holds part of it, is killed) and its exception propagates, as while waiting for the reply.
         """
-        abandoned = False
         try:
             fd = stdin.fileno()
             os.set_blocking(fd, False)  # only ever written here, through the descriptor (the buffer stays empty)
             ready = select.poll()
             ready.register(fd, select.POLLOUT)
-            view = memoryview(data)
-            while view:
-                try:
-                    view = view[os.write(fd, view) :]
-                    continue
-                except BlockingIOError:
-                    pass
-                if ready.poll(None if meanwhile is None else MEANWHILE_EVERY * 1000) or meanwhile is None:
-                    continue
-                abandoned = True
-                meanwhile()
-                abandoned = False
         except BaseException as e:
-            if abandoned:
-                self._end(kill=True)  # not the worker's failure: no count
-                raise
             self._broken(e)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                self._await(ready, meanwhile)
+            except BaseException as e:
+                self._broken(e)
+
+    def _await(self, ready: select.poll, meanwhile: Callable[[], None] | None) -> None:
+        """Wait until `ready` reports its pipe ready, calling `meanwhile()` every `MEANWHILE_EVERY` seconds.
+
+        If `meanwhile` raises, the job is abandoned: the worker, which holds part of it, is killed (not its
+        failure: no count), and the exception propagates.  Without `meanwhile`, wait as long as it takes.
+        """
+        while True:
+            try:
+                if ready.poll(None if meanwhile is None else MEANWHILE_EVERY * 1000):
+                    return
+            except BaseException as e:
+                self._broken(e)
+            if meanwhile is not None:
+                try:
+                    meanwhile()
+                except BaseException:
+                    self._end(kill=True)
+                    raise
 
     def _broken(self, e: BaseException) -> NoReturn:
         """Dead, or out of step with us (an interrupt mid-reply): never reuse it, nor wait for it."""

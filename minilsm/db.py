@@ -48,7 +48,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from types import TracebackType
-from typing import Any, Final, NoReturn, SupportsIndex, TypeVar, overload
+from typing import Any, Final, Generic, Literal, NoReturn, Self, SupportsIndex, TypedDict, TypeVar, Unpack, overload
 
 from minilsm import compaction, report, worker
 from minilsm.batch import LogChain, WriteBatch, encode_batch
@@ -98,6 +98,7 @@ _log = logging.getLogger("minilsm")
 _MISSING: Any = object()
 
 _T = TypeVar("_T")
+_Item = TypeVar("_Item")  # what a DBIterator yields: (key, value), or a key or a value
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,69 @@ class RecoveryReport:
     """With paranoid_checks=False: the damage where recovery stopped, if any."""
 
 
-class DB:
+class _ScanOptions(TypedDict, total=False):
+    """`iterator`'s keywords other than the two that decide what it yields (for its overloads)."""
+
+    prefix: BytesLike | None
+    reverse: bool
+    include_start: bool
+    include_stop: bool
+
+
+class _Scans:
+    """`iterator` and iteration over keys, for `DB` and `Snapshot` alike: each makes its iterators in `_new_iterator`.
+
+    The overloads tell a type checker what the iterator yields: (key, value) pairs, or keys or values alone.
+    """
+
+    # One line an overload (fmt: off), as in typeshed's stubs: they differ only in the two flags and what is yielded.
+    # fmt: off
+    @overload
+    def iterator(self, start: BytesLike | None = ..., stop: BytesLike | None = ..., *, include_key: Literal[True] = ...,
+                 include_value: Literal[True] = ..., **kw: Unpack[_ScanOptions]) -> DBIterator[tuple[bytes, bytes]]: ...
+    @overload
+    def iterator(self, start: BytesLike | None = ..., stop: BytesLike | None = ..., *, include_key: Literal[True] = ...,
+                 include_value: Literal[False], **kw: Unpack[_ScanOptions]) -> DBIterator[bytes]: ...
+    @overload
+    def iterator(self, start: BytesLike | None = ..., stop: BytesLike | None = ..., *, include_key: Literal[False],
+                 include_value: Literal[True] = ..., **kw: Unpack[_ScanOptions]) -> DBIterator[bytes]: ...
+    @overload
+    def iterator(self, start: BytesLike | None = ..., stop: BytesLike | None = ..., *, include_key: bool = ...,
+                 include_value: bool = ..., **kw: Unpack[_ScanOptions]) -> DBIterator[Any]: ...
+    # fmt: on
+    def iterator(
+        self,
+        start: BytesLike | None = None,
+        stop: BytesLike | None = None,
+        *,
+        prefix: BytesLike | None = None,
+        reverse: bool = False,
+        include_key: bool = True,
+        include_value: bool = True,
+        include_start: bool = True,
+        include_stop: bool = False,
+    ) -> DBIterator[Any]:
+        """Iterate over keys in [start, stop) (or those beginning with `prefix`) in order.
+
+        `include_start=False` leaves `start` itself out and `include_stop=True` takes
+        `stop` in, as plyvel's keywords do; with `prefix` too, the range is the
+        intersection.  The view is fixed when the iterator is made: later writes,
+        flushes and compactions do not change what it yields.  Yields (key, value)
+        pairs, or keys or values alone, as plyvel does.  Once the store closes, the
+        iterator's next step raises `ClosedError`.  O(log sources) per version
+        visited.
+        """
+        return self._new_iterator(start, stop, prefix, reverse, include_key, include_value, include_start, include_stop)
+
+    # The iterator `iterator` returns, given its arguments in the order `iterator` passes them.
+    _new_iterator: Callable[..., DBIterator[Any]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
+        return iter(self.iterator(include_value=False))
+
+
+class DB(_Scans):
     """An embedded, durable, ordered key-value store over one directory.
 
     >>> import tempfile, minilsm
@@ -731,35 +794,8 @@ class DB:
         stats.not_found += 1
         return default
 
-    def iterator(
-        self,
-        start: BytesLike | None = None,
-        stop: BytesLike | None = None,
-        *,
-        prefix: BytesLike | None = None,
-        reverse: bool = False,
-        include_key: bool = True,
-        include_value: bool = True,
-        include_start: bool = True,
-        include_stop: bool = False,
-    ) -> DBIterator:
-        """Iterate over keys in [start, stop) (or those beginning with `prefix`) in order.
-
-        `include_start=False` leaves `start` itself out and `include_stop=True` takes
-        `stop` in, as plyvel's keywords do; with `prefix` too, the range is the
-        intersection.  The view is fixed when the iterator is made: later writes,
-        flushes and compactions do not change what it yields.  Yields (key, value)
-        pairs, or keys or values alone, as plyvel does.  Once the store closes, the
-        iterator's next step raises `ClosedError`.  O(log sources) per version
-        visited.
-        """
-        return self._iterator(
-            None, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
-        )
-
     def _iterator(
         self,
-        seq: int | None,
         start: BytesLike | None,
         stop: BytesLike | None,
         prefix: BytesLike | None,
@@ -768,7 +804,9 @@ class DB:
         include_value: bool,
         include_start: bool,
         include_stop: bool,
-    ) -> DBIterator:
+        *,
+        seq: int | None = None,
+    ) -> DBIterator[Any]:
         if not (
             reverse.__class__ is include_key.__class__ is include_value.__class__ is bool
             and include_start.__class__ is include_stop.__class__ is bool
@@ -821,16 +859,14 @@ class DB:
             raise self._closed_error()
         return DBIterator(pairs, pin, include_key, include_value)
 
+    _new_iterator = _iterator  # the latest view (`seq` None); a Snapshot's passes its own
+
     def _released_superseded_version(self) -> None:
         """An iterator let go of a version that compaction has replaced: delete what only it held."""
         # Only user code closes iterators, and it never holds the mutex, so waiting is safe.
         with self._mutex:
             if not self._closed:
                 self._delete_obsolete_files()
-
-    def __iter__(self) -> Iterator[bytes]:
-        """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
-        return iter(self.iterator(include_value=False))
 
     def snapshot(self) -> Snapshot:
         """A consistent, read-only view of the store as it is now.  Release it with `close()` or `with`.
@@ -1567,7 +1603,7 @@ class _Relocked(_Unlocked):
             self._lock.release()
 
 
-class DBIterator:
+class DBIterator(Generic[_Item]):
     """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted.
 
     `iter()` hands out the merging generator itself (or a C `map` over it for
@@ -1584,20 +1620,22 @@ class DBIterator:
     ) -> None:
         self._pin = pin
         self._gen = pairs
+        it: Any  # an Iterator[_Item], `_Item` as `_Scans.iterator`'s overloads pick it from the same two flags
         if include_key and include_value:
-            self._it: Iterator[Any] = pairs
+            it = pairs
         elif include_key:
-            self._it = map(itemgetter(0), pairs)
+            it = map(itemgetter(0), pairs)
         elif include_value:
-            self._it = map(itemgetter(1), pairs)
+            it = map(itemgetter(1), pairs)
         else:
             raise ValueError("include_key and include_value cannot both be False")
+        self._it: Iterator[_Item] = it
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[_Item]:
         self._pin.check()
         return self._it
 
-    def __next__(self) -> Any:
+    def __next__(self) -> _Item:
         try:
             return next(self._it)
         except StopIteration:
@@ -1621,7 +1659,7 @@ class DBIterator:
         self._pin.drop()  # the scan keeps its heap and sources in the pin, which this iterator keeps
         self._pin.release()
 
-    def __enter__(self) -> DBIterator:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -1668,7 +1706,7 @@ class _Pin(ScanHandle):
             on_release()
 
 
-class Snapshot:
+class Snapshot(_Scans):
     """A read-only view of the store at one sequence number: `get`, `iterator`, `in`, `[]`."""
 
     def __init__(self, db: DB, sid: int, seq: int) -> None:
@@ -1708,22 +1746,9 @@ class Snapshot:
             self._check_still_held()
         return value
 
-    def iterator(
-        self,
-        start: BytesLike | None = None,
-        stop: BytesLike | None = None,
-        *,
-        prefix: BytesLike | None = None,
-        reverse: bool = False,
-        include_key: bool = True,
-        include_value: bool = True,
-        include_start: bool = True,
-        include_stop: bool = False,
-    ) -> DBIterator:
+    def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
         self._check()
-        it = self._db._iterator(
-            self.sequence, start, stop, prefix, reverse, include_key, include_value, include_start, include_stop
-        )
+        it = self._db._iterator(*scan, seq=self.sequence)
         try:
             self._check_still_held()
         except ClosedError:
@@ -1739,10 +1764,6 @@ class Snapshot:
 
     def __contains__(self, key: object) -> bool:
         return self.get(key, _MISSING) is not _MISSING  # type: ignore[call-overload]
-
-    def __iter__(self) -> Iterator[bytes]:
-        """The keys in order, as `DB.__iter__` (not plyvel's (key, value) pairs)."""
-        return iter(self.iterator(include_value=False))
 
     def close(self) -> None:
         """Release the snapshot: compaction may now drop the versions only it could see.

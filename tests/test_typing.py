@@ -29,6 +29,19 @@ def use(db: minilsm.DB, snap: minilsm.Snapshot, wb: minilsm.WriteBatch) -> None:
     db.compact_range(bytearray(b"a"), memoryview(b"z"))
     wb.put(bytearray(b"k"), memoryview(b"v"))
     wb.delete(memoryview(b"k"))
+    # iterators yield what their flags ask for
+    assert_type(db.iterator(), minilsm.DBIterator[tuple[bytes, bytes]])
+    for k, v in db.iterator(prefix=b"a", reverse=True):
+        assert_type(k, bytes)
+        assert_type(v, bytes)
+    assert_type(db.iterator(include_value=False), minilsm.DBIterator[bytes])
+    assert_type(snap.iterator(b"a", include_key=False), minilsm.DBIterator[bytes])
+    with snap.iterator() as it:
+        assert_type(next(it), tuple[bytes, bytes])
+    assert_type(list(db), list[bytes])
+    assert_type(list(snap), list[bytes])
+    flag: bool = bool(len(list(db)))
+    db.iterator(include_value=flag)                     # not known until run time: still accepted
 """
 
 BAD = """
@@ -36,6 +49,7 @@ import minilsm
 
 def use(db: minilsm.DB) -> None:
     v: bytes = db.get(b"k")                             # may be None
+    pair: tuple[bytes, bytes] = next(db.iterator(include_key=False))   # values alone
 """
 
 
@@ -57,4 +71,6 @@ def test_public_api_types(tmp_path: Path) -> None:
     r = _mypy(tmp_path, SNIPPET)
     assert r.returncode == 0, r.stdout + r.stderr
     r = _mypy(tmp_path, BAD)
-    assert r.returncode == 1 and "incompatible types in assignment" in r.stdout.lower(), r.stdout + r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr
+    errors = [line for line in r.stdout.splitlines() if "incompatible types in assignment" in line.lower()]
+    assert [e.split(":")[1] for e in errors] == ["5", "6"], r.stdout  # both lines of BAD, and nothing else

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import sys
 import threading
 import time
 import warnings
@@ -98,6 +99,11 @@ _log = logging.getLogger("minilsm")
 _MISSING: Any = object()
 
 _T = TypeVar("_T")
+
+_NO_GIL_WARNING = (
+    "minilsm is untested with the interpreter lock off (a free-threaded build): its lock-free reads rely on it "
+    "(docs/ARCHITECTURE.md, 'Threads'); run with PYTHON_GIL=1"
+)
 _Item = TypeVar("_Item")  # what a DBIterator yields: (key, value), or a key or a value
 
 
@@ -203,6 +209,9 @@ class DB(_Scans):
             # abspath("") is the working directory, which would silently become a store (LevelDB: NotFound).
             raise ValueError("the store's path is empty; name a directory (os.curdir for the working directory)")
         self.path = os.path.abspath(name)
+        gil_enabled = getattr(sys, "_is_gil_enabled", None)  # 3.13+; every earlier CPython has the lock
+        if gil_enabled is not None and not gil_enabled():
+            warnings.warn(_NO_GIL_WARNING, RuntimeWarning, stacklevel=2)
         self._fs = self.options.fs
         self._stats = Stats()
         self._mutex = threading.Lock()

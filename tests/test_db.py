@@ -12,8 +12,10 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -929,3 +931,15 @@ def test_a_store_opened_by_a_relative_path_keeps_working_after_the_process_chang
     assert os.listdir(elsewhere) == []
     with minilsm.DB(db_path) as db:
         assert db.get(b"k00499") == b"v499" * 7
+
+
+def test_opening_without_the_interpreter_lock_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock-free reads assume the GIL: a free-threaded build with it off is told so, and the store still works."""
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    with pytest.warns(RuntimeWarning, match="PYTHON_GIL=1"), minilsm.DB(tmp_path / "s") as db:
+        db.put(b"k", b"v")
+        assert db.get(b"k") == b"v"
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        minilsm.DB(tmp_path / "s").close()

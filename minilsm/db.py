@@ -1406,6 +1406,9 @@ class DB(_Scans):
     def stats(self, reset: bool = False, *, measure_space: bool = False) -> DBStats:
         """A frozen snapshot of the counters, per level and per table; with `reset`, also zero them all.
 
+        A reset takes what the snapshot holds off the counters rather than zeroing them, so that a read
+        other threads make while the snapshot is taken counts in the next one, not in neither.
+
         O(tables).  `measure_space` also scans the whole store for `live_bytes` and so
         `space_amplification`, O(data); that scan's block reads count after the snapshot.
         """
@@ -1414,7 +1417,7 @@ class DB(_Scans):
         memtable_bytes = mem.approximate_size + (imm.approximate_size if imm is not None else 0)
         snap = report.snapshot(self._stats, version, memtable_bytes)
         if reset:
-            report.reset(self._stats, version)
+            report.reset(self._stats, version, snap)
         if measure_space:
             snap = dataclasses.replace(snap, live_bytes=report.live_bytes(self.iterator()))
         return snap

@@ -115,15 +115,18 @@ def snapshot(stats: Stats, version: Version, memtable_bytes: int, live_bytes: in
     )
 
 
-def reset(stats: Stats, version: Version) -> None:
-    """Zero the store's counters and the per-table counters of every table in `version`.
+def reset(stats: Stats, version: Version, counted: DBStats) -> None:
+    """Take what `counted` (a `snapshot` of `stats` and `version`) holds off the store's and the tables' counters.
 
-    A table's seek charge is compaction's, not a report's: it survives (`TableReader.carry_seek_charge`).
+    Not a zeroing: a read that other threads make while the snapshot is taken (O(tables)) would then be in
+    neither it nor the next one.  Taken off, such a read stays counted, for the next snapshot.  A table's seek
+    charge is compaction's, not a report's: it survives (`TableReader.forget_counts`).
     """
-    stats.reset()
+    stats.take_off(counted)
+    rows = {t.number: t for t in counted.tables}
     for _, t in version.tables():
-        t.carry_seek_charge()
-        t.filter_negatives = t.filter_positives = t.filter_true_positives = t.block_reads = 0
+        row = rows[t.number]
+        t.forget_counts(row.filter.negatives, row.filter.positives, row.filter.true_positives, row.block_reads)
 
 
 def live_bytes(pairs: Iterable[tuple[bytes, bytes]]) -> int:

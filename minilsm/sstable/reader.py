@@ -192,9 +192,16 @@ class TableReader:
         """
         return self.misses + self.seek_charge_base
 
-    def carry_seek_charge(self) -> None:
-        """Before the read counters are zeroed (a stats reset): keep the seek charge they make up."""
-        self.seek_charge_base += self.misses
+    def forget_counts(self, negatives: int, positives: int, true_positives: int, block_reads: int) -> None:
+        """Take counts a stats reset reported off the read counters, keeping the seek charge they make up.
+
+        Taken off, not zeroed: what other threads' reads added since they were reported stays counted.
+        """
+        self.seek_charge_base += negatives + positives - true_positives
+        self.filter_negatives -= negatives
+        self.filter_positives -= positives
+        self.filter_true_positives -= true_positives
+        self.block_reads -= block_reads
 
     def clear_seek_charge(self) -> None:
         """Start the seek charge again from zero (a table moved to a deeper level, as LevelDB's fresh allowance)."""

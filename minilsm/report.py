@@ -431,7 +431,7 @@ def format_stats(s: DBStats) -> str:
                 ("user bytes written", size(s.user_bytes_written)),
                 ("log bytes written", size(s.log_bytes_written)),
                 ("flush bytes written", size(s.flush_bytes_written)),
-                ("compaction bytes read", size(s.compaction_bytes_read)),
+                ("compaction input bytes (tables merged)", size(s.compaction_bytes_read)),
                 ("compaction bytes written", size(s.compaction_bytes_written)),
                 ("flushes", s.flushes),
                 ("compactions", s.compactions),

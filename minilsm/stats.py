@@ -306,6 +306,11 @@ class DBStats:
     flush_bytes_written: int
     compaction_bytes_written: int
     compaction_bytes_read: int
+    """Bytes of the tables compactions merged away, whole (their file sizes), as LevelDB's and RocksDB's
+    compaction statistics count "read"; trivial moves count nothing.  Not a count of reads: a compaction in the
+    worker process reads all of them, but one in the store's thread only their data blocks (index, filter and
+    properties are in memory already), some perhaps from the block cache, so 10% less in a measured run.  What
+    a compaction reads in the store's thread counts in `block_reads` and `block_bytes_read` as it happens."""
     flushes: int
     """Memtables written as level-0 tables, the one an open makes of the writes it replays from the log included."""
     compactions: int

@@ -63,8 +63,10 @@ def table_info(level: int, t: TableReader) -> TableInfo:
     """The `TableInfo` row of table `t` at `level`, from its properties, filter and counters.  O(1)."""
     props, bloom = t.props, t.filter
     expected = bloom.expected_fpr()
+    # Each counter read once, and the sums made of these reads: a read in another thread that lands meanwhile
+    # must not make `checks` or the expected false positives disagree with the counts beside them.
     negatives, positives, true_positives = t.filter_negatives, t.filter_positives, t.filter_true_positives
-    absent = t.misses
+    absent = negatives + positives - true_positives
     return TableInfo(
         level=level,
         number=t.number,
@@ -82,7 +84,7 @@ def table_info(level: int, t: TableReader) -> TableInfo:
         filter_k=bloom.k,
         filter_bytes=props.filter_size,
         expected_fpr=expected,
-        filter=FilterCounts(t.filter_checks, negatives, positives, true_positives, expected * absent),
+        filter=FilterCounts(negatives + positives, negatives, positives, true_positives, expected * absent),
         block_reads=t.block_reads,
     )
 
@@ -109,7 +111,8 @@ def snapshot(stats: Stats, version: Version, memtable_bytes: int, live_bytes: in
                 block_reads=sum(t.block_reads for t in rows),
             )
         )
-    counters = {name: getattr(stats, name) for name in COUNTER_NAMES}
+    counted = stats.copy()  # one read of each counter, which the sums (`filter_checks`, ...) are then made of
+    counters = {name: getattr(counted, name) for name in COUNTER_NAMES}
     return DBStats(
         **counters, levels=tuple(levels), tables=tuple(tables), memtable_bytes=memtable_bytes, live_bytes=live_bytes
     )

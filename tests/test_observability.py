@@ -6,6 +6,9 @@ import dataclasses
 import json
 import math
 import os
+import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -186,6 +189,40 @@ def test_a_read_landing_while_a_reset_snapshot_is_taken_counts_in_the_next_inter
     # Per table too: the second read's probes and block reads stay with the tables, beside the totals.
     assert after.filter.checks == after.filter_checks > 0
     assert sum(t.block_reads for t in after.tables) == after.block_reads
+
+
+def test_a_snapshot_taken_beside_a_reading_thread_adds_up(db_path: str) -> None:
+    # The sums a snapshot reports (checks, tables considered, expected false positives) must be made of the same
+    # reads as the counts beside them, even while another thread's reads change those counts.
+    with DB(db_path, **small_options(bits_per_key=4, block_cache_size=0)) as db:
+        load(db, shuffled(600))
+        db.flush()
+        stop = threading.Event()
+
+        def reader() -> None:
+            n = 0
+            while not stop.is_set():
+                db.get(key(n % 1200))
+                n += 7
+
+        interval = sys.getswitchinterval()
+        thread = threading.Thread(target=reader)
+        sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+        thread.start()
+        try:
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                s = db.stats()
+                assert s.filter_checks == s.filter_negatives + s.filter_positives
+                assert s.tables_considered == s.tables_skipped_by_range + s.filter_checks
+                for t in s.tables:
+                    assert t.filter.checks == t.filter.negatives + t.filter.positives
+                    if t.filter.absent_probes:
+                        assert t.filter.expected_fpr == pytest.approx(t.expected_fpr, rel=1e-12)
+        finally:
+            stop.set()
+            thread.join()
+            sys.setswitchinterval(interval)
 
 
 def test_adding_and_taking_off_counts_covers_every_counter() -> None:

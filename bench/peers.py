@@ -462,6 +462,15 @@ def peers(num: int) -> list[Peer]:
             on_request=True,
         ),
         Peer(
+            "minilsm-notomb",
+            "",
+            lambda path: MiniLSMStore(path, tombstone_compaction=False),
+            "as minilsm",
+            "as minilsm, but no tombstone compaction (tombstone_compaction=False, as LevelDB): tables of mostly "
+            "tombstones wait for a merge from above; run only when named in --stores",
+            on_request=True,
+        ),
+        Peer(
             "minilsm-large",
             "",
             lambda path: MiniLSMStore(

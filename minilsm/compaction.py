@@ -109,12 +109,21 @@ def max_bytes_for_level(options: Options, level: int) -> int:
 
 
 def pick_compaction(
-    version: Version, options: Options, pointers: Sequence[bytes | None], *, seek: bool = True
+    version: Version,
+    options: Options,
+    pointers: Sequence[bytes | None],
+    *,
+    seek: bool = True,
+    oldest_snapshot: int | None = None,
+    quiet: bool = False,
 ) -> Compaction | None:
     """The most urgent compaction, or None when nothing is due.  O(tables).
 
-    Leveled: the level most over its size limit; if none is, a seek compaction (when `options.seek_compaction`
-    and `seek`: the store holds seek compactions back for a while after one, see `db.SEEK_PACE`).
+    Leveled: the level most over its size limit; if none is, a table that is mostly tombstones (when
+    `options.tombstone_compaction`; `oldest_snapshot` is the sequence number of the oldest live snapshot, and
+    `quiet` says no writes wait in the memtables), then a seek
+    compaction (when `options.seek_compaction` and `seek`: the store holds seek compactions back for a while
+    after one, see `db.SEEK_PACE`).
     """
     if options.compaction_style == "tiered":
         return _pick_tiered(version, options)
@@ -127,7 +136,10 @@ def pick_compaction(
         if score >= best_score:
             best_level, best_score = level, score
     if best_level < 0:
-        return seek_compaction(version, options) if options.seek_compaction and seek else None
+        c = tombstone_compaction(version, oldest_snapshot, quiet) if options.tombstone_compaction else None
+        if c is None and options.seek_compaction and seek:
+            c = seek_compaction(version, options)
+        return c
     if best_level == 0:
         return level0_compaction(version, "level 0 has too many tables")
     tables = version.levels[best_level]
@@ -137,6 +149,58 @@ def pick_compaction(
     chosen = next((t for t in tables if pointer is None or t.smallest > pointer), tables[0])
     overlaps = version.overlapping(best_level + 1, chosen.smallest, chosen.largest)
     return Compaction(best_level, best_level + 1, [chosen], overlaps, f"level {best_level} over its size limit")
+
+
+TOMBSTONE_RATIO: Final = 0.5
+"""A table of level 1 or deeper whose entries are at least this fraction tombstones is compacted
+(`tombstone_compaction`) even when its level is under its size limit."""
+
+
+def tombstone_compaction(version: Version, oldest_snapshot: int | None, quiet: bool) -> Compaction | None:
+    """Tables that are mostly tombstones, compacted so that the tombstones and what they delete go; or None.
+
+    After mass deletes, the tombstones wait in level 0 below its trigger, or in a
+    level under its size limit, with the values they delete below them, until a
+    merge from above reaches that key range: a store that deleted most of its keys
+    would keep its space (LevelDB's behaviour; RocksDB's answer is to weigh
+    deletions into the sizes that pick compactions, and to compact bottom tables
+    with deletions once no snapshot needs them).  Here, at `TOMBSTONE_RATIO`
+    tombstones among the entries:
+
+    * level 0 is merged into level 1, as its trigger would, once one of its tables is, when `quiet` (no
+      writes waiting in the memtables, as after a reopen): while deletes go on, each flush of them would
+      set off a merge that the trigger makes one of four (at 1M keys deleting them all ran at 0.78 of
+      the rate for it), and the trigger reaches them anyway;
+    * a table of a deeper level is merged into the level below when a deeper
+      level overlaps its key range, where the tombstones drop the values they
+      shadow, and go on down while anything older may hold their keys (as a size
+      compaction would merge it; moved, not rewritten, when the level below has
+      nothing in its range), even into a level at its size limit: unlike a seek
+      compaction's (`_fits_below`), such a merge shrinks what it merges into by
+      what the tombstones delete, and if they pass through, the size compaction
+      it sets off carries them on down;
+    * such a table is rewritten in place when nothing deeper overlaps it, which
+      drops every tombstone, but only once no live snapshot is older than the
+      table's newest version: one that is may need a tombstone to hide an older
+      value, and a rewrite keeping it would be picked again and again.
+
+    Each pick empties level 0, moves tombstones a level down or drops them, so
+    the work ends.  O(tables), plus O(levels) bisections a table over the ratio.
+    """
+    for t in version.levels[0] if quiet else ():
+        if t.meta.num_deletions >= TOMBSTONE_RATIO * t.meta.num_entries:
+            return level0_compaction(version, f"level-0 table {t.number} is mostly tombstones")
+    for level in range(1, len(version.levels)):
+        for t in version.levels[level]:
+            meta = t.meta
+            if meta.num_deletions < TOMBSTONE_RATIO * meta.num_entries:
+                continue
+            reason = f"table {t.number} is {meta.num_deletions} tombstones of {meta.num_entries} entries"
+            if any(version.overlapping(n, t.smallest, t.largest) for n in range(level + 1, len(version.levels))):
+                return Compaction(level, level + 1, [t], version.overlapping(level + 1, t.smallest, t.largest), reason)
+            elif oldest_snapshot is None or oldest_snapshot >= meta.max_seq:
+                return Compaction(level, level, [t], [], reason)
+    return None
 
 
 def seek_compaction(version: Version, options: Options) -> Compaction | None:

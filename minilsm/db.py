@@ -1013,7 +1013,15 @@ class DB(_Scans):
 
     def _pick_compaction(self) -> compaction.Compaction | None:
         seek_ready = time.monotonic() >= self._seek_resume_at
-        return compaction.pick_compaction(self._version, self.options, self._compact_pointers, seek=seek_ready)
+        snapshots = sorted(self._snapshots.values())  # one C call: see `_release_snapshot`
+        return compaction.pick_compaction(
+            self._version,
+            self.options,
+            self._compact_pointers,
+            seek=seek_ready,
+            oldest_snapshot=snapshots[0] if snapshots else None,
+            quiet=self._imm is None and self._mem.empty,
+        )
 
     def _do_background_work(self) -> None:
         """Inline mode: flush and compact until nothing is due (mutex held), or the store is closing."""

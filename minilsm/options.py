@@ -87,6 +87,12 @@ class Options:
     in the background thread, and at 0.99 of their rate with `compaction_worker` ("The compaction worker").  Turn
     it off for a shape that depends on the writes alone, or when compactions run in the thread and the process
     reads only briefly after opening."""
+    tombstone_compaction: bool = True
+    """Leveled: when no level is over its size, compact level 0 or a deeper table when at least half of its
+    entries are tombstones, so that after mass deletes the tombstones and the values they delete go without
+    `compact_range` (`compaction.tombstone_compaction`; LevelDB keeps both until a merge from above reaches them;
+    RocksDB weighs deletions into its compaction scores).  Off: LevelDB's behaviour, with no compaction work that
+    deletes set off.  bench/RESULTS.md ("Space after mass deletes") measures both."""
     tiered_min_threshold: int = 4
     """Size-tiered: tables of similar size merged once this many exist."""
     tiered_bucket_low: float = 0.5

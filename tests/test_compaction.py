@@ -175,7 +175,8 @@ def test_drop_dead_matches_the_stripe_model(
 
 
 def test_tombstone_kept_while_a_deeper_level_holds_the_key(db_path: str) -> None:
-    opts = small_options(level0_compaction_trigger=100, level0_stop_writes_trigger=200)
+    # Tombstone compaction off: this test moves the tombstone itself, one level down only.
+    opts = small_options(level0_compaction_trigger=100, level0_stop_writes_trigger=200, tombstone_compaction=False)
     with minilsm.DB(db_path, **opts) as db:
         for i in range(500):
             db.put(b"k%03d" % i, b"old" * 20)
@@ -541,3 +542,85 @@ def test_an_inline_store_reopened_for_a_few_writes_at_a_time_keeps_level_0_bound
         db.put(b"late", b"v")
         assert len(db._version.levels[0]) == 0
         check_invariants(db)
+
+
+def _tombstone_heavy(db: minilsm.DB) -> list[tuple[int, int]]:
+    """(level, table) of every table of level 1 or deeper that is at least `TOMBSTONE_RATIO` tombstones."""
+    ratio = minilsm.compaction.TOMBSTONE_RATIO
+    return [
+        (level, t.number)
+        for level, t in db.version.tables()
+        if level > 0 and t.meta.num_deletions >= ratio * t.meta.num_entries
+    ]
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_tables_of_mostly_tombstones_go_down_and_take_the_deleted_values_with_them(
+    db_path: str, background: bool
+) -> None:
+    # Mass deletes over a settled store: the tombstones reach level 1, under its size limit, with the values
+    # they delete below.  Size compaction alone would leave both there (LevelDB does); each table that is
+    # mostly tombstones is merged down instead, and its tombstones and the values they delete go.
+    opts = small_options(background=background, level1_max_bytes=64 << 10, target_file_size=8 << 10)
+    with minilsm.DB(db_path, **opts) as db:
+        for i in range(3000):
+            db.put(b"key%05d" % i, b"v" * 100)
+        db.compact_range()
+        loaded = dir_table_bytes(db_path)
+        deleted = random.Random(5).sample(range(3000), 2700)
+        for i in deleted:
+            db.delete(b"key%05d" % i)
+        db.flush()
+        db.wait_for_compactions()
+        assert _tombstone_heavy(db) == []
+        assert not db.version.levels[0]
+        after = dir_table_bytes(db_path)
+        # 300 live keys: about a tenth of the load, where keeping the deleted values would be all of it and more.
+        assert after < 0.25 * loaded, (after, loaded)
+        assert db.stats().tombstones_dropped > 0
+        live = sorted(set(range(3000)) - set(deleted))
+        assert list(db.iterator(include_value=False)) == [b"key%05d" % i for i in live]
+        check_invariants(db)
+
+
+def test_a_snapshot_older_than_a_bottom_table_of_tombstones_keeps_it_and_the_store_still_settles(
+    db_path: str,
+) -> None:
+    # A rewrite in place of a table whose tombstones a snapshot may need would keep them, and be picked again
+    # and again: such a table waits for the snapshot's release.
+    with minilsm.DB(db_path, **small_options(level1_max_bytes=64 << 10)) as db:
+        for i in range(1000):
+            db.put(b"key%05d" % i, b"v" * 100)
+        db.compact_range()
+        snap = db.snapshot()
+        for i in range(1000):
+            db.delete(b"key%05d" % i)
+        db.flush()
+        db.wait_for_compactions()
+        done = db.stats().compactions
+        db.wait_for_compactions()
+        assert db.stats().compactions == done  # settled: nothing picked again
+        assert list(db) == [] and snap.get(b"key00007") == b"v" * 100
+        assert len(list(snap.iterator())) == 1000
+        snap.close()
+        db.flush()  # a write path event, as the background thread or a next write would run it
+        db.wait_for_compactions()
+        assert _tombstone_heavy(db) == [] and list(db) == []
+        assert sum(t.meta.num_entries for _, t in db.version.tables()) < 200
+        check_invariants(db)
+
+
+def test_with_tombstone_compaction_off_the_tombstones_wait_as_in_leveldb(db_path: str) -> None:
+    opts = small_options(level1_max_bytes=64 << 10, target_file_size=8 << 10, tombstone_compaction=False)
+    with minilsm.DB(db_path, **opts) as db:
+        for i in range(3000):
+            db.put(b"key%05d" % i, b"v" * 100)
+        db.compact_range()
+        for i in random.Random(5).sample(range(3000), 2700):
+            db.delete(b"key%05d" % i)
+        db.flush()
+        db.wait_for_compactions()
+        assert _tombstone_heavy(db)  # in level 1, over the values they delete, until a merge reaches them
+        assert len(list(db)) == 300
+        db.compact_range()
+        assert not _tombstone_heavy(db) and len(list(db)) == 300

@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from minilsm.fs import DEFAULT_FS, FileSystem
+
+MAX_BLOCK_SIZE: Final = 1 << 30
+"""Largest `block_size`.  A block is read with one ``pread``, which Linux cuts at 2 GiB - 4 KiB (a longer block
+would read short and be reported as corrupt), and its entries' offsets are u32; a block exceeds `block_size` by
+at most one entry (64 MiB and 64 KiB), so 1 GiB keeps every block well inside both."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +30,7 @@ class Options:
     bits_per_key: float = 10.0
     """Bloom filter bits per key in each new table; 0 disables filters (every probe says maybe)."""
     block_size: int = 4096
-    """Target size in bytes of a table's data block (the unit of a disk read)."""
+    """Target size in bytes of a table's data block (the unit of a disk read); at most `MAX_BLOCK_SIZE` (1 GiB)."""
     block_cache_size: int = 8 << 20
     """Bytes of decoded data blocks kept in memory (0 disables the cache).  Hits are counted apart from disk reads."""
     max_open_files: int = 500
@@ -125,7 +130,10 @@ class Options:
         # Past ~43 bits per key k stays at 30 (MAX_K): more bits still lower the rate (1e-9 at 43, 3e-18 at 100),
         # just less than they would at the optimal k; far past it, a filter exhausts memory.
         need(0 <= self.bits_per_key <= 100, f"bits_per_key must be in [0, 100], got {self.bits_per_key}")
-        need(self.block_size >= 64, f"block_size must be >= 64, got {self.block_size}")
+        need(
+            64 <= self.block_size <= MAX_BLOCK_SIZE,
+            f"block_size must be in [64, {MAX_BLOCK_SIZE}], got {self.block_size}",
+        )
         need(self.block_cache_size >= 0, "block_cache_size must be >= 0")
         need(self.max_open_files >= 1, "max_open_files must be >= 1")
         need(self.memtable_size >= 1, "memtable_size must be >= 1")

@@ -329,6 +329,12 @@ def clip(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+KEY_CELL_WIDTH: Final = 48
+"""Widest key the text reports of tables (``minilsm tables``, ``dump``) show; `--json` has every key whole.  A
+column is as wide as its widest cell, so one key near the 64 KiB limit (128 Ki characters in hex) would push
+the columns after it, on every row, past any screen."""
+
+
 def columns(header: Sequence[str], rows: Iterable[Sequence[object]], left: Sequence[int] = (0,)) -> str:
     """Rows under a header, each column aligned to its widest cell: right, except the columns in `left`."""
     cells = [list(header)] + [[str(c) for c in row] for row in rows]
@@ -368,8 +374,8 @@ def format_tables(rows: Sequence[TableInfo], show_key: ShowKey = show_bytes) -> 
                 size(t.file_size),
                 f"{t.entries:,}",
                 f"{t.tombstones:,}",
-                show_key(t.smallest),
-                show_key(t.largest),
+                clip(show_key(t.smallest), KEY_CELL_WIDTH),
+                clip(show_key(t.largest), KEY_CELL_WIDTH),
                 f"{t.bits_per_key:.1f}",
                 t.filter_k,
                 size(t.filter_bytes),
@@ -528,7 +534,7 @@ class TableDump:
         lines.append("properties")
         for name in TableProperties.__dataclass_fields__:
             value = getattr(p, name)
-            lines.append(f"  {name:<17} {show_key(value) if isinstance(value, bytes) else value}")
+            lines.append(f"  {name:<17} {clip(show_key(value), KEY_CELL_WIDTH) if isinstance(value, bytes) else value}")
         lines.append(
             f"filter: m={bloom.num_bits:,} bits, k={bloom.k}, n={bloom.num_keys:,} keys, "
             f"{bloom.bits_per_key:.2f} bits/key, {bloom.nbytes:,} bytes, fill ratio {pct(bloom.fill_ratio(), 1)}, "
@@ -540,7 +546,7 @@ class TableDump:
             + columns(
                 ("block", "offset", "size", "last key", "last seq", "kind"),
                 (
-                    (i, f"{o:,}", f"{s:,}", show_key(k), t >> 8, _KINDS.get(t & 0xFF, "?"))
+                    (i, f"{o:,}", f"{s:,}", clip(show_key(k), KEY_CELL_WIDTH), t >> 8, _KINDS.get(t & 0xFF, "?"))
                     for i, (k, t, o, s) in enumerate(zip(*self.index, strict=True))
                 ),
             ).replace("\n", "\n  ")
@@ -551,7 +557,10 @@ class TableDump:
                 "  "
                 + columns(
                     ("key", "seq", "kind", "value"),
-                    ((show_key(k), t >> 8, _KINDS.get(t & 0xFF, "?"), clip(show_key(v))) for k, t, v in self.entries),
+                    (
+                        (clip(show_key(k), KEY_CELL_WIDTH), t >> 8, _KINDS.get(t & 0xFF, "?"), clip(show_key(v)))
+                        for k, t, v in self.entries
+                    ),
                     left=(0, 3),
                 ).replace("\n", "\n  ")
             )

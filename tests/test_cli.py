@@ -17,6 +17,7 @@ from storeutil import fast_tmp_dir, small_options
 
 import minilsm
 from minilsm.cli import EXIT_ERROR, EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, main
+from minilsm.keys import MAX_KEY_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -481,3 +482,24 @@ def test_check_reports_an_unreadable_manifest_as_damage(
     assert [(f.file, f.damage) for f in report.findings if f.damage] == [("MANIFEST", True)]
     code, out, _ = run(capsys, "check", store)
     assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST: cannot be read" in out
+
+
+def test_tables_and_dump_clip_keys_at_the_size_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    # A column is as wide as its widest cell: one 64 KiB key (128 Ki characters in hex) pushed every row's
+    # later columns past the screen, in a 787 KB `tables` for three tables.  --json keeps the keys whole.
+    big = b"\xff" * MAX_KEY_SIZE
+    with fast_tmp_dir() as d:
+        s = os.path.join(d, "s")
+        with minilsm.DB(s, background=False) as db:
+            db.put(b"a", b"1")
+            db.put(big, b"2")
+            db.flush()
+            db.put(b"b", b"3")
+            db.flush()
+        table = os.path.join(s, tables_of(s)[0])
+        for argv in (("tables", s), ("dump", table, "--entries")):
+            code, out, _ = run(capsys, *argv)
+            assert code == EXIT_OK and max(map(len, out.splitlines())) < 300, argv
+        assert "0x" + big.hex() in {t["largest"] for t in json.loads(run(capsys, "tables", s, "--json")[1])}
+        entries = json.loads(run(capsys, "dump", table, "--entries", "--json")[1])["entries"]
+        assert "0x" + big.hex() in {e["key"] for e in entries}

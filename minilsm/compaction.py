@@ -152,8 +152,8 @@ def pick_compaction(
 
 
 TOMBSTONE_RATIO: Final = 0.5
-"""A table of level 1 or deeper whose entries are at least this fraction tombstones is compacted
-(`tombstone_compaction`) even when its level is under its size limit."""
+"""A table whose entries are at least this fraction tombstones is compacted (`tombstone_compaction`) even when
+its level is under its size limit (level 0: below its trigger)."""
 
 
 def tombstone_compaction(version: Version, oldest_snapshot: int | None, quiet: bool) -> Compaction | None:
@@ -170,7 +170,8 @@ def tombstone_compaction(version: Version, oldest_snapshot: int | None, quiet: b
     * level 0 is merged into level 1, as its trigger would, once one of its tables is, when `quiet` (no
       writes waiting in the memtables, as after a reopen): while deletes go on, each flush of them would
       set off a merge that the trigger makes one of four (at 1M keys deleting them all ran at 0.78 of
-      the rate for it), and the trigger reaches them anyway;
+      the rate for it), and the trigger reaches them anyway (inline, `background=False`, the write that
+      flushes finds the new memtable empty, so there it does run at each flush);
     * a table of a deeper level is merged into the level below when a deeper
       level overlaps its key range, where the tombstones drop the values they
       shadow, and go on down while anything older may hold their keys (as a size

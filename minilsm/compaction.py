@@ -30,7 +30,7 @@ What may be dropped is decided by `drop_dead`, which flushes use too.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Final
@@ -360,20 +360,30 @@ def manual_compaction(
     return None
 
 
-def bottom_compaction(version: Version, smallest: bytes | None, largest: bytes | None) -> Compaction | None:
-    """Rewrite the deepest level's tables in [smallest, largest] in place (the last step of `compact_range`).
+def bottom_compactions(
+    version: Version, smallest: bytes | None, largest: bytes | None, fresh: Collection[int]
+) -> list[Compaction]:
+    """Rewrites in place of the deepest level's tables in [smallest, largest] (the last step of `compact_range`).
 
-    Merging down leaves the bottom level untouched, yet it may still hold versions
-    that were kept for snapshots since released; rewriting it drops them, as
-    RocksDB's ``bottommost_level_compaction=kForce`` does.
+    Merging down leaves the bottom level's other tables untouched, yet they may still
+    hold versions that were kept for snapshots since released; rewriting them drops
+    those, as RocksDB's ``bottommost_level_compaction=kForce`` does.  The tables in
+    `fresh` (those this `compact_range` has just written, under the snapshots that
+    are still the live ones) hold nothing more to drop and are left out: a full
+    `compact_range` would otherwise write its last merge's outputs twice.  The
+    others go as one rewrite per run of adjacent tables, whose outputs stay inside
+    that run's key range and so between the fresh tables around it.
     """
     bottom = version.bottom_level_with_data()
     if bottom == 0:
-        return None
-    inputs = version.overlapping(bottom, smallest, largest)
-    if not inputs:
-        return None
-    return Compaction(bottom, bottom, inputs, [], "manual compaction of the bottom level")
+        return []
+    runs: list[list[TableReader]] = [[]]
+    for t in version.overlapping(bottom, smallest, largest):  # a slice of the level, in key order
+        if t.number in fresh:
+            runs.append([])
+        else:
+            runs[-1].append(t)
+    return [Compaction(bottom, bottom, run, [], "manual compaction of the bottom level") for run in runs if run]
 
 
 def flush_entries(memtable_entries: Iterator[Entry], snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:

@@ -952,6 +952,7 @@ class DB(_Scans):
                 self._wait_for_background()
             self._compacting = True
             try:
+                snapshots, before = sorted(self._snapshots.values()), self._version.numbers()
                 while True:
                     self._check_writable()
                     c = compaction.manual_compaction(self._version, start, stop, self.options)
@@ -962,11 +963,18 @@ class DB(_Scans):
                     self._delete_obsolete_files()
                     if self.options.compaction_style == "tiered":
                         break  # one merge of every run is the whole job
-                bottom = compaction.bottom_compaction(self._version, start, stop)
-                if bottom is not None and self.options.compaction_style == "leveled":
-                    self._run_compaction(bottom, manual=True)
-                    del bottom
-                    self._delete_obsolete_files()
+                if self.options.compaction_style == "leveled":
+                    # The merges' outputs dropped what the snapshots of then let go: if those are still the
+                    # live ones, there is nothing more to drop in them (a flush meanwhile writes level 0 only).
+                    same = sorted(self._snapshots.values()) == snapshots
+                    fresh = self._version.numbers() - before if same else set()
+                    rewrites = compaction.bottom_compactions(self._version, start, stop, fresh)
+                    while rewrites:
+                        self._check_writable()
+                        bottom = rewrites.pop(0)  # held by nothing here once it has run, as `c` above
+                        self._run_compaction(bottom, manual=True)
+                        del bottom
+                        self._delete_obsolete_files()
             except OSError as e:
                 raise self._fail_writes("a manual compaction", e) from e
             except Error:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -624,3 +625,63 @@ def test_with_tombstone_compaction_off_the_tombstones_wait_as_in_leveldb(db_path
         assert len(list(db)) == 300
         db.compact_range()
         assert not _tombstone_heavy(db) and len(list(db)) == 300
+
+
+def _spread_over_levels(db: minilsm.DB, versions: int = 1) -> None:
+    """Keys in every level from 1 down, so that a full compact_range merges through each."""
+    for v in range(versions):
+        for i in range(1500):
+            db.put(b"key%05d" % i, b"%d" % v * 60)
+    db.flush()
+    db.wait_for_compactions()
+
+
+def test_compact_range_does_not_rewrite_the_tables_its_own_merges_just_wrote(db_path: str) -> None:
+    # Was: after merging every level down, compact_range rewrote the whole bottom level in place, the tables its
+    # last merge had just written included, though those held nothing more to drop: written twice at the end.
+    with minilsm.DB(db_path, **small_options(tombstone_compaction=False)) as db:
+        _spread_over_levels(db, versions=2)
+        assert sum(1 for level in db.version.levels[1:] if level) >= 2
+        written: set[int] = set()
+        rewritten: list[int] = []
+        run = db._run_compaction
+
+        def spy(c: minilsm.compaction.Compaction, manual: bool) -> None:
+            if c.level == c.output_level:  # the bottom level rewritten in place
+                rewritten.extend(t.number for t in c.inputs)
+            before = db.version.numbers()
+            run(c, manual)
+            written.update(db.version.numbers() - before)
+
+        with mock.patch.object(db, "_run_compaction", spy):
+            db.compact_range()
+        bottom = db.version.bottom_level_with_data()
+        assert written & {t.number for t in db.version.levels[bottom]}  # the last merge wrote into the bottom
+        assert not written & set(rewritten), (sorted(written), rewritten)
+        assert [len(level) > 0 for level in db.version.levels] == [i == bottom for i in range(len(db.version.levels))]
+        assert sum(t.meta.num_entries for _, t in db.version.tables()) == 1500
+        assert dict(db.iterator()) == {b"key%05d" % i: b"1" * 60 for i in range(1500)}
+
+
+def test_a_snapshot_released_during_compact_range_lets_its_versions_go_too(db_path: str) -> None:
+    # The merges keep what a snapshot of their moment may see; one released after the last of them leaves such
+    # versions in tables compact_range has just written, so then those are rewritten as well.
+    with minilsm.DB(db_path, **small_options(tombstone_compaction=False)) as db:
+        _spread_over_levels(db)
+        snap = db.snapshot()
+        for i in range(1500):
+            db.put(b"key%05d" % i, b"new")
+        pick = minilsm.compaction.manual_compaction
+
+        def release_after_the_last_merge(*args: Any) -> minilsm.compaction.Compaction | None:
+            c = pick(*args)
+            if c is None:
+                snap.close()
+            return c
+
+        with mock.patch.object(minilsm.compaction, "manual_compaction", release_after_the_last_merge):
+            db.compact_range()
+        with pytest.raises(minilsm.ClosedError):
+            snap.get(b"key00001")  # released after the last merge, as arranged
+        assert sum(t.meta.num_entries for _, t in db.version.tables()) == 1500  # one version a key
+        assert dict(db.iterator()) == {b"key%05d" % i: b"new" for i in range(1500)}

@@ -9,6 +9,7 @@ standard library is used, so the helpers work wherever minilsm does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -116,6 +117,16 @@ def _is_number(value: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+def dir_bytes(path: str) -> int:
+    """Bytes of every file under `path` (tables, logs, manifests: what a store costs on disk)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file removed meanwhile
+                total += os.path.getsize(os.path.join(root, name))
+    return total
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

@@ -27,11 +27,6 @@ from bench.peers import Peer, peers
 DEFAULT_STORES = "minilsm,minilsm-notomb,leveldb,rocksdb"
 
 
-def dir_bytes(path: str) -> int:
-    """Bytes of every file under `path` (tables, logs, manifests: what the store costs on disk)."""
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-
-
 def run_store(peer: Peer, path: str, data: w.Data, fraction: float) -> dict[str, Any]:
     """Load, settle, delete `fraction` of the keys, settle again; the sizes and times of one store."""
     store = peer.open(path)
@@ -39,7 +34,7 @@ def run_store(peer: Peer, path: str, data: w.Data, fraction: float) -> dict[str,
     store.close()
     store = peer.open(path)
     store.settle()
-    loaded = dir_bytes(path)
+    loaded = common.dir_bytes(path)
     num = data.params.num
     doomed = data.rng("mass-delete").sample(range(num), int(num * fraction))
     delete = store.delete
@@ -50,7 +45,7 @@ def run_store(peer: Peer, path: str, data: w.Data, fraction: float) -> dict[str,
     store.close()
     store = peer.open(path)
     settle = store.settle()
-    after = dir_bytes(path)
+    after = common.dir_bytes(path)
     store.close()
     live = (num - len(doomed)) * (len(w.present_key(0)) + data.params.value_size)
     return {

@@ -26,7 +26,6 @@ holds from the lowest to the highest.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import statistics
@@ -40,7 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import workloads as w
-from bench.common import add_json_option, format_table, print_header, write_json
+from bench.common import add_json_option, dir_bytes, format_table, print_header, write_json
 from bench.peers import Peer, Store, peers
 
 WORKLOADS = (
@@ -68,15 +67,6 @@ DESCRIPTIONS = {
     "deleterandom": "{reads:,} deletes of random keys",
 }
 COUNTER_WORKLOADS = ("readrandom", "readmissing", "readhot", "readwhilewriting")
-
-
-def dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):  # a file removed meanwhile
-                total += os.path.getsize(os.path.join(root, name))
-    return total
 
 
 def progress(message: str) -> None:

@@ -197,7 +197,7 @@ def tombstone_compaction(version: Version, oldest_snapshot: int | None, quiet: b
             if meta.num_deletions < TOMBSTONE_RATIO * meta.num_entries:
                 continue
             reason = f"table {t.number} is {meta.num_deletions} tombstones of {meta.num_entries} entries"
-            if any(version.overlapping(n, t.smallest, t.largest) for n in range(level + 1, len(version.levels))):
+            if _probed_after(version, level, t):  # an older table, in a deeper level, may hold its keys
                 return Compaction(level, level + 1, [t], version.overlapping(level + 1, t.smallest, t.largest), reason)
             elif oldest_snapshot is None or oldest_snapshot >= meta.max_seq:
                 return Compaction(level, level, [t], [], reason)

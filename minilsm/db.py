@@ -1021,13 +1021,12 @@ class DB(_Scans):
 
     def _pick_compaction(self) -> compaction.Compaction | None:
         seek_ready = time.monotonic() >= self._seek_resume_at
-        snapshots = sorted(self._snapshots.values())  # one C call: see `_release_snapshot`
         return compaction.pick_compaction(
             self._version,
             self.options,
             self._compact_pointers,
             seek=seek_ready,
-            oldest_snapshot=snapshots[0] if snapshots else None,
+            oldest_snapshot=min(self._snapshots.values(), default=None),  # one C call: see `_release_snapshot`
             quiet=self._imm is None and self._mem.empty,
         )
 

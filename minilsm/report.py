@@ -63,10 +63,9 @@ def table_info(level: int, t: TableReader) -> TableInfo:
     """The `TableInfo` row of table `t` at `level`, from its properties, filter and counters.  O(1)."""
     props, bloom = t.props, t.filter
     expected = bloom.expected_fpr()
-    # Each counter read once, and the sums made of these reads: a read in another thread that lands meanwhile
-    # must not make `checks` or the expected false positives disagree with the counts beside them.
-    negatives, positives, true_positives = t.filter_negatives, t.filter_positives, t.filter_true_positives
-    absent = negatives + positives - true_positives
+    # Each counter read once, and the sums made of these reads (`FilterCounts.of`): a read in another thread that
+    # lands meanwhile must not make `checks` or the expected false positives disagree with the counts beside them.
+    counts = FilterCounts.of(t.filter_negatives, t.filter_positives, t.filter_true_positives, expected)
     return TableInfo(
         level=level,
         number=t.number,
@@ -84,7 +83,7 @@ def table_info(level: int, t: TableReader) -> TableInfo:
         filter_k=bloom.k,
         filter_bytes=props.filter_size,
         expected_fpr=expected,
-        filter=FilterCounts(negatives + positives, negatives, positives, true_positives, expected * absent),
+        filter=counts,
         block_reads=t.block_reads,
     )
 
@@ -129,7 +128,7 @@ def reset(stats: Stats, version: Version, counted: DBStats) -> None:
     rows = {t.number: t for t in counted.tables}
     for _, t in version.tables():
         row = rows[t.number]
-        t.forget_counts(row.filter.negatives, row.filter.positives, row.filter.true_positives, row.block_reads)
+        t.forget_counts(row.filter, row.block_reads)
 
 
 def live_bytes(pairs: Iterable[tuple[bytes, bytes]]) -> int:

@@ -134,6 +134,12 @@ class FilterCounts:
     expected_false_positives: float = 0.0
     """False positives the textbook rate (1 - e^(-kn/m))^k of each probed table predicts for these probes."""
 
+    @classmethod
+    def of(cls, negatives: int, positives: int, true_positives: int, expected_fpr: float) -> FilterCounts:
+        """The counts of one table, `checks` and the expected false positives derived from these three reads."""
+        counts = cls(negatives + positives, negatives, positives, true_positives)
+        return cls(counts.checks, negatives, positives, true_positives, expected_fpr * counts.absent_probes)
+
     @property
     def false_positives(self) -> int:
         return self.positives - self.true_positives

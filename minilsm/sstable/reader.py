@@ -46,7 +46,7 @@ from minilsm.sstable.format import (
     read_footer,
     table_path,
 )
-from minilsm.stats import Stats
+from minilsm.stats import FilterCounts, Stats
 
 Entry = tuple[bytes, int, bytes]
 """A version as scans yield it: (user_key, trailer, value)."""
@@ -132,7 +132,7 @@ class TableReader:
         self.filter_true_positives = 0
         self.block_reads = 0
         self.seek_charge_base = 0
-        """Added to `misses` to make `seek_charge`: what stats resets zeroed, less what moves forgave."""
+        """Added to `misses` to make `seek_charge`: what stats resets took off, less what moves forgave."""
         self._last_keys = index.last_keys
         self._last_trailers = index.last_trailers
         self._offsets = index.offsets
@@ -192,15 +192,15 @@ class TableReader:
         """
         return self.misses + self.seek_charge_base
 
-    def forget_counts(self, negatives: int, positives: int, true_positives: int, block_reads: int) -> None:
+    def forget_counts(self, reported: FilterCounts, block_reads: int) -> None:
         """Take counts a stats reset reported off the read counters, keeping the seek charge they make up.
 
         Taken off, not zeroed: what other threads' reads added since they were reported stays counted.
         """
-        self.seek_charge_base += negatives + positives - true_positives
-        self.filter_negatives -= negatives
-        self.filter_positives -= positives
-        self.filter_true_positives -= true_positives
+        self.seek_charge_base += reported.absent_probes  # the `misses` taken off
+        self.filter_negatives -= reported.negatives
+        self.filter_positives -= reported.positives
+        self.filter_true_positives -= reported.true_positives
         self.block_reads -= block_reads
 
     def clear_seek_charge(self) -> None:

@@ -15,6 +15,7 @@ behind the checksums, the code a bug in the writer or a forged file would hit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import struct
@@ -28,8 +29,7 @@ from minilsm.counting_bloom import CountingBloomFilter
 from minilsm.errors import CorruptionError
 from minilsm.fs import FileSystem, RandomAccessFile, WritableFile
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_SEQUENCE
-from minilsm.manifest import _HEADER as _MANIFEST_HEADER
-from minilsm.manifest import ManifestState, decode_manifest, encode_manifest
+from minilsm.manifest import MANIFEST_NAME, ManifestState, ManifestWriter, decode_manifest
 from minilsm.sstable import TableBuilder, TableMeta, TableReader, table_file_name
 from minilsm.sstable.block import Block, BlockBuilder
 from minilsm.sstable.format import (
@@ -97,6 +97,9 @@ class MemFS(FileSystem):
         self.files[path] = bytearray()
         return _MemWritable(self.files[path])
 
+    def open_appendable(self, path: str) -> WritableFile:
+        return _MemWritable(self.files.setdefault(path, bytearray()))
+
     def open_random(self, path: str) -> RandomAccessFile:
         if path not in self.files:
             raise FileNotFoundError(path)
@@ -161,16 +164,19 @@ def sample_log() -> bytes:
 
 
 def sample_manifest() -> bytes:
+    """A snapshot and two edits: a compaction from level 0 to 1 that moves a compact pointer, then a flush."""
     _, meta = build_table(sample_entries())
-    return encode_manifest(
-        ManifestState(
-            next_file_number=9,
-            last_sequence=1000,
-            log_number=8,
-            levels=[[meta], [], [meta]],
-            compact_pointers=[None, b"key010", None],
-        )
-    )
+
+    def table(number: int) -> TableMeta:
+        return dataclasses.replace(meta, number=number)
+
+    fs = MemFS()
+    writer = ManifestWriter(fs, "mem")
+    pointers: list[bytes | None] = [None, None, None]
+    writer.write(ManifestState(6, 1000, 4, [[table(5)], [], [table(3)]], pointers))
+    writer.write(ManifestState(8, 1000, 4, [[], [table(7)], [table(3)]], [b"key010", None, None]))
+    writer.write(ManifestState(9, 1200, 8, [[table(8)], [table(7)], [table(3)]], [b"key010", None, None]))
+    return bytes(fs.files[f"mem/{MANIFEST_NAME}"])
 
 
 # -- resealing: recompute every checksum, so that mutations reach the decoders behind them -------------
@@ -207,15 +213,6 @@ def reseal_table(data: bytes) -> bytes:
         for offset, size in zip(decoded.offsets, decoded.sizes, strict=True):
             reseal(offset, size)
     return bytes(buf)
-
-
-def reseal_manifest(data: bytes) -> bytes:
-    header = _MANIFEST_HEADER
-    if len(data) < header.size:
-        return data
-    magic, version, _, _ = header.unpack_from(data, 0)
-    body = data[header.size :]
-    return header.pack(magic, version, len(body), xxhash.xxh64_intdigest(body)) + body
 
 
 def reseal_filter(data: bytes) -> bytes:
@@ -314,7 +311,7 @@ def manifest(data: bytes) -> None:
 
 
 def manifest_resealed(data: bytes) -> None:
-    manifest(reseal_manifest(data))
+    manifest(reseal_log(data))  # a manifest is a log of JSON records
 
 
 def index(data: bytes) -> None:

@@ -144,10 +144,16 @@ def _check_manifest(fs: FileSystem, path: str, names: list[str], report: CheckRe
         report.damage(MANIFEST_NAME, "missing: the store's table and log files have no manifest")
         return None
     try:
-        return read_manifest(fs, path)
+        read = read_manifest(fs, path)
     except (CorruptionError, OSError) as e:  # OSError: a directory, a FIFO or a dangling link by that name
         report.damage(MANIFEST_NAME, _detail(e))
         return None
+    if read.dropped_bytes:
+        report.note(
+            MANIFEST_NAME,
+            f"torn last record of {read.dropped_bytes} bytes (a crash mid-append; the next open drops it)",
+        )
+    return read.state
 
 
 def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: CheckReport) -> set[int]:

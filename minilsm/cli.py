@@ -12,7 +12,7 @@ Read commands open the store with flushes and compactions inline
 (``background=False``), so they change nothing on disk beyond what opening
 does: the writes in the log become a level-0 table (a close does not flush
 the memtable, so after ``minilsm put`` the next command writes one), and a
-new log and manifest replace the old ones.
+new log and a new manifest file replace the old ones.
 
 Exit status: 0 success; 1 a negative answer (``get``: no such key; ``check``:
 damage found); 2 a usage error (bad arguments, an invalid key); 3 the store

@@ -18,7 +18,7 @@ Background work (one thread, or inline with ``background=False``):
   thread looks every `SEEK_CHECK_INTERVAL` seconds; inline, it waits for the
   next write's background work; either way, at most a quarter of the time:
   `SEEK_PACE`).
-  Each ends by atomically replacing the manifest; files that no live
+  Each ends by appending an edit to the manifest (fsynced); files that no live
   `Version` needs are deleted afterwards.
 
 Locking: `_mutex` serializes writers and guards the state that changes
@@ -68,7 +68,14 @@ from minilsm.errors import (
 from minilsm.fs import FileSystem
 from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, BytesLike, check_key, check_value
-from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
+from minilsm.manifest import (
+    MANIFEST_NAME,
+    ManifestRead,
+    ManifestState,
+    ManifestWriter,
+    read_manifest,
+    write_manifest,
+)
 from minilsm.memtable import MemTable
 from minilsm.options import Options
 from minilsm.report import ReadTrace
@@ -118,6 +125,10 @@ class RecoveryReport:
     also everything from the damage on, newer logs included."""
     corruption: str | None = None
     """With paranoid_checks=False: the damage where recovery stopped, if any."""
+    manifest_edits: int = 0
+    """Edits the manifest held after its snapshot (each a flush or compaction since the file began)."""
+    manifest_dropped_bytes: int = 0
+    """A torn last edit dropped from the manifest (a crash in the middle of its append)."""
 
 
 class _ScanOptions(TypedDict, total=False):
@@ -266,13 +277,13 @@ class DB(_Scans):
                 # Asked again under the lock: another process may have created the store meanwhile.
                 self._recover(self._store_exists())
             except BaseException:
-                # Nothing of a failed open may linger: not the lock, not the new log's descriptor.
-                log = getattr(self, "_log", None)
-                try:
-                    if log is not None:
-                        log.close()
-                except OSError:
-                    pass  # the open's own failure is the one to report
+                # Nothing of a failed open may linger: not the lock, not the new log's or manifest's descriptor.
+                for file in (getattr(self, "_log", None), getattr(self, "_manifest", None)):
+                    try:
+                        if file is not None:
+                            file.close()
+                    except OSError:
+                        pass  # the open's own failure is the one to report
                 self._file_cache.clear()
                 self._file_lock.release()
                 raise
@@ -314,15 +325,31 @@ class DB(_Scans):
         no one references.
         """
         fs, path = self._fs, self.path
+        manifest_path = f"{path}/{MANIFEST_NAME}"
+        self._manifest = ManifestWriter(fs, path)
         if exists:
-            state = read_manifest(fs, path)
+            read = read_manifest(fs, path)
+            state = read.state
         else:
-            state = ManifestState(levels=[[] for _ in range(self.options.max_levels)])
+            read = ManifestRead(ManifestState(levels=[[] for _ in range(self.options.max_levels)]))
+            state = read.state
             if any(self._list_files()):
-                raise CorruptionError("table or log files present but no MANIFEST", f"{path}/{MANIFEST_NAME}")
+                raise CorruptionError("table or log files present but no MANIFEST", manifest_path)
             # A new store's manifest comes before any other file of it: a crash while
             # creating the store then leaves either no store or one that opens.
             write_manifest(fs, path, state)
+
+        def missing(what: str, file: str) -> CorruptionError:
+            if read.dropped_bytes:
+                # A torn edit was never acted on, so the state before it names only files that exist:
+                # a file missing from it says that edit was whole once, and acted on.
+                return CorruptionError(
+                    f"{what} ({os.path.basename(file)}) is missing once the manifest's torn last record of "
+                    f"{read.dropped_bytes} bytes is dropped: an edit the store acted on is damaged",
+                    manifest_path,
+                )
+            return CorruptionError(f"{what} is missing", file)
+
         # The manifest lists every level the store had, empty or not: a store made with a larger
         # max_levels opens with a smaller one as long as no table sits below it.
         max_levels = self.options.max_levels
@@ -335,7 +362,6 @@ class DB(_Scans):
         self._compact_pointers = (list(state.compact_pointers) + [None] * max_levels)[:max_levels]
         # The checksum says the manifest is the one its writer wrote, not that it describes these tables
         # (a buggy writer, a restore mixing two backups): reads must never run against impossible levels.
-        manifest_path = f"{path}/{MANIFEST_NAME}"
         levels = []
         seen: set[int] = set()
         for n, level in enumerate(state.levels):
@@ -346,7 +372,7 @@ class DB(_Scans):
                     raise CorruptionError(f"table {meta.number} is listed twice (again at level {n})", manifest_path)
                 seen.add(meta.number)
                 if not fs.exists(table):
-                    raise CorruptionError("table listed in the manifest is missing", table)
+                    raise missing("table listed in the manifest", table)
                 reader = self._open_table(meta.number)
                 readers.append(reader)
                 if reader.meta != meta:
@@ -366,7 +392,7 @@ class DB(_Scans):
         logs = sorted(n for n, kind, tmp in self._list_files() if kind == "log" and not tmp and n >= state.log_number)
         if state.log_number and state.log_number not in logs:
             # That log existed before the manifest named it and goes only after a newer manifest moves past it.
-            raise CorruptionError("log listed in the manifest is missing", self._log_path(state.log_number))
+            raise missing("log listed in the manifest", self._log_path(state.log_number))
         if logs:
             # Numbers of logs that recovery stops before are taken too: a new file must not reuse one.
             self._next_file = max(self._next_file, logs[-1] + 1)
@@ -395,7 +421,13 @@ class DB(_Scans):
                 # Later logs hold later writes: applying them past a hole would reorder history.
                 dropped += sum(fs.file_size(self._log_path(n)) for n in logs[i + 1 :])
                 break
-        self.recovery = RecoveryReport(replayed, records, dropped, corruption)
+        self.recovery = RecoveryReport(replayed, records, dropped, corruption, read.edits, read.dropped_bytes)
+        if read.dropped_bytes:
+            _log.warning(
+                "%s: dropped a torn record of %d bytes at the end of the manifest (a crash mid-write)",
+                path,
+                read.dropped_bytes,
+            )
         if dropped and corruption is None:
             _log.warning("%s: dropped a torn record of %d bytes at the end of a log (a crash mid-write)", path, dropped)
         if corruption is not None:
@@ -465,6 +497,8 @@ class DB(_Scans):
         try:
             with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
                 self._log.close()
+            with contextlib.suppress(OSError):  # every edit was synced as it was written
+                self._manifest.close()
             # Table files close now, not whenever this object is collected; an iterator or
             # snapshot read that outlives the store gets ClosedError instead of reopening them.
             for v in list(self._versions):
@@ -522,6 +556,8 @@ class DB(_Scans):
             self._file_lock.release()
         with contextlib.suppress(OSError):
             self._log.close()
+        with contextlib.suppress(OSError):
+            self._manifest.close()
 
     @property
     def closed(self) -> bool:
@@ -1347,9 +1383,7 @@ class DB(_Scans):
         self._version = version
 
     def _write_manifest(self) -> None:
-        write_manifest(
-            self._fs,
-            self.path,
+        self._manifest.write(
             ManifestState(
                 next_file_number=self._next_file,
                 last_sequence=self._last_seq,

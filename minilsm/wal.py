@@ -87,12 +87,18 @@ class LogWriter:
     write lock.
     """
 
-    __slots__ = ("_file", "number", "size")
+    __slots__ = ("_file", "max_record_size", "name", "number", "size")
 
-    def __init__(self, file: WritableFile, number: int) -> None:
+    def __init__(
+        self, file: WritableFile, number: int, *, name: str | None = None, max_record_size: int = MAX_RECORD_SIZE
+    ) -> None:
         self._file: WritableFile | None = file
         self.number = number
-        """The log's file number (its name is `log_file_name(number)`)."""
+        """The log's file number (its name is `log_file_name(number)`; 0 for the manifest, which has no number)."""
+        self.name = log_file_name(number) if name is None else name
+        """The file's name, for messages."""
+        self.max_record_size = max_record_size
+        """Largest payload `add_record` takes; `read_log` must be given the same."""
         self.size = 0
         """Bytes appended through this writer."""
 
@@ -105,10 +111,10 @@ class LogWriter:
         """
         f = self._file
         if f is None:
-            raise ClosedError(f"log {log_file_name(self.number)} is closed")
+            raise ClosedError(f"log {self.name} is closed")
         n = len(payload)
-        if n > MAX_RECORD_SIZE:
-            raise ValueError(f"log record of {n} bytes exceeds the maximum of {MAX_RECORD_SIZE}")
+        if n > self.max_record_size:
+            raise ValueError(f"log record of {n} bytes exceeds the maximum of {self.max_record_size}")
         length = _LENGTH.pack(n)
         f.append(b"".join((length, _CHECKS.pack(_header_check(length), _payload_checksum(payload)), payload)))
         if sync:
@@ -122,7 +128,7 @@ class LogWriter:
     def sync(self) -> None:
         """Make every record appended so far durable (``fsync(2)``)."""
         if self._file is None:
-            raise ClosedError(f"log {log_file_name(self.number)} is closed")
+            raise ClosedError(f"log {self.name} is closed")
         self._file.sync()
 
     def close(self) -> None:
@@ -133,7 +139,7 @@ class LogWriter:
 
     def __repr__(self) -> str:
         state = "closed" if self._file is None else "open"
-        return f"LogWriter({log_file_name(self.number)}, size={self.size}, {state})"
+        return f"LogWriter({self.name}, size={self.size}, {state})"
 
 
 @dataclass(slots=True)
@@ -150,14 +156,15 @@ class LogReadResult:
     recovery stopped there and `records` is the prefix before it."""
 
 
-def read_log(data: bytes, path: str, paranoid: bool = True) -> LogReadResult:
+def read_log(data: bytes, path: str, paranoid: bool = True, max_record_size: int = MAX_RECORD_SIZE) -> LogReadResult:
     """Split the whole content of a log file into record payloads, checking every one.
 
     A torn tail (see the module docstring) is dropped and counted in
     `dropped_bytes`.  Damage followed by intact data raises `CorruptionError`
     naming `path` when `paranoid`; otherwise the records before it are returned
-    with the error in `corruption`.  O(len(data)); never allocates beyond
-    `data`'s size, whatever the lengths claim.
+    with the error in `corruption`.  A length over `max_record_size` (the
+    writer's) is damage.  O(len(data)); never allocates beyond `data`'s size,
+    whatever the lengths claim.
     """
     n = len(data)
     records: list[bytes] = []
@@ -170,8 +177,8 @@ def read_log(data: bytes, path: str, paranoid: bool = True) -> LogReadResult:
         if hcheck != _header_check(data[pos : pos + 4]):
             problem = "header check mismatch"
             break
-        if length > MAX_RECORD_SIZE:
-            problem = f"length {length} exceeds the maximum {MAX_RECORD_SIZE}"
+        if length > max_record_size:
+            problem = f"length {length} exceeds the maximum {max_record_size}"
             break
         end = pos + HEADER_SIZE + length
         if end > n:
@@ -183,7 +190,7 @@ def read_log(data: bytes, path: str, paranoid: bool = True) -> LogReadResult:
         append(payload)
         pos = end
     result = LogReadResult(records, n - pos)
-    if pos == n or _is_torn_tail(data, pos):
+    if pos == n or _is_torn_tail(data, pos, max_record_size):
         return result
     err = CorruptionError(f"log record at offset {pos}: {problem}, and what follows is not a torn tail", path)
     if paranoid:
@@ -201,7 +208,7 @@ def damaged_end(path: str, dropped_bytes: int) -> CorruptionError:
     return CorruptionError(f"the last {dropped_bytes} bytes are a damaged record, yet a newer log holds records", path)
 
 
-def _is_torn_tail(data: bytes, pos: int) -> bool:
+def _is_torn_tail(data: bytes, pos: int, max_record_size: int) -> bool:
     """Whether the bad record at `pos` and everything after it can be what a crash mid-append leaves.
 
     True unless an intact record follows along the chain of trusted lengths.
@@ -215,7 +222,7 @@ def _is_torn_tail(data: bytes, pos: int) -> bool:
     unpack = _HEADER.unpack_from
     while n - pos >= HEADER_SIZE:
         length, hcheck, checksum = unpack(data, pos)
-        if hcheck != _header_check(data[pos : pos + 4]) or length > MAX_RECORD_SIZE:
+        if hcheck != _header_check(data[pos : pos + 4]) or length > max_record_size:
             return data.count(0, pos) == n - pos
         end = pos + HEADER_SIZE + length
         if end > n:

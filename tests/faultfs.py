@@ -57,7 +57,8 @@ class FaultFS(FileSystem):
         self._lock = threading.RLock()
         self.counts: Counter[str] = Counter()
         self.faults: list[Fault] = []
-        self._armed: tuple[str, int, int, bool] | None = None  # kind, calls left before failing, errno, sticky
+        # kind, calls left before failing, errno, sticky, and the name the failing call's path ends with ("": any)
+        self._armed: tuple[str, int, int, bool, str] | None = None
         self._next_inode = 0
         self._inode: dict[str, int] = {}  # current path -> inode
         self._content: dict[int, bytearray] = {}  # inode -> current bytes (what the page cache holds)
@@ -68,14 +69,17 @@ class FaultFS(FileSystem):
 
     # -- failure injection -----------------------------------------------------------
 
-    def arm(self, kind: str, nth: int, err: int = errno.EIO, *, sticky: bool = False) -> None:
-        """Make the `nth` call of `kind` from now on (1-based) raise ``OSError(err)``; all later ones too if sticky."""
+    def arm(self, kind: str, nth: int, err: int = errno.EIO, *, sticky: bool = False, on: str = "") -> None:
+        """Make the `nth` call of `kind` from now on (1-based) raise ``OSError(err)``; all later ones too if sticky.
+
+        With `on`, only calls on a path whose last component is `on` count (``on="MANIFEST"``).
+        """
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
         if nth < 1:
             raise ValueError("nth counts from 1")
         with self._lock:
-            self._armed = (kind, nth, err, sticky)
+            self._armed = (kind, nth, err, sticky, on)
 
     def disarm(self) -> None:
         with self._lock:
@@ -86,11 +90,11 @@ class FaultFS(FileSystem):
         with self._lock:
             self.counts[kind] += 1
             armed = self._armed
-            if armed is None or armed[0] != kind:
+            if armed is None or armed[0] != kind or (armed[4] and os.path.basename(path) != armed[4]):
                 return
-            _, left, err, sticky = armed
+            _, left, err, sticky, on = armed
             if left > 1:
-                self._armed = (kind, left - 1, err, sticky)
+                self._armed = (kind, left - 1, err, sticky, on)
                 return
             if not sticky:
                 self._armed = None

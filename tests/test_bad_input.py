@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -377,18 +378,39 @@ def test_a_foreign_manifest_is_corruption_and_nothing_is_deleted(db_path: str, c
 
 
 @pytest.mark.parametrize(
-    "body", [b"[" * 100_000, b'{"a":' * 100_000, b"[]", b'{"next_file_number": 1e400}', b"\xff", b"null"]
+    "body",
+    [
+        b"[" * 100_000,
+        b'{"a":' * 100_000,
+        b"[]",
+        b'{"next_file_number": 1e400}',
+        b"\xff",
+        b"null",
+        b'{"kind": "edit", "format_version": 2}',
+        b'{"kind": "snapshot", "format_version": 2, "levels": []}',
+    ],
 )
-def test_a_forged_manifest_body_behind_a_valid_checksum_is_corruption(db_path: str, body: bytes) -> None:
-    """Was: a deeply nested JSON body raised RecursionError out of the decoder instead of CorruptionError."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_forged_manifest_body_behind_a_valid_checksum_is_corruption(db_path: str, body: bytes, version: int) -> None:
+    """Was: a deeply nested JSON body raised RecursionError out of the decoder instead of CorruptionError.
+
+    Format 1 is one checksummed body; format 2 a log of records, here one record holding `body`."""
     import xxhash
 
     from minilsm.manifest import MANIFEST_NAME, decode_manifest
+    from minilsm.wal import LogWriter
 
     with minilsm.DB(db_path, **small_options()):
         pass
-    data = struct.pack("<8sIIQ", b"MLSMMANI", 1, len(body), xxhash.xxh64_intdigest(body)) + body
-    with pytest.raises(minilsm.CorruptionError, match="malformed manifest body"):
+    path = os.path.join(db_path, MANIFEST_NAME)
+    if version == 1:
+        data = struct.pack("<8sIIQ", b"MLSMMANI", 1, len(body), xxhash.xxh64_intdigest(body)) + body
+    else:
+        log = LogWriter(DEFAULT_FS.open_writable(path), 0)
+        log.add_record(body)
+        log.close()
+        data = Path(path).read_bytes()
+    with pytest.raises(minilsm.CorruptionError, match="malformed manifest"):
         decode_manifest(data, MANIFEST_NAME)
     with open(os.path.join(db_path, MANIFEST_NAME), "wb") as f:
         f.write(data)
@@ -414,7 +436,7 @@ def test_a_manifest_that_disagrees_with_the_tables_is_corruption(db_path: str, f
         upper = levels[1][0]
         lower = db.version.overlapping(2, upper.smallest, upper.largest)[0]
         other = next(t for t in levels[2] if t.number != lower.number)
-    state = read_manifest(DEFAULT_FS, db_path)
+    state = read_manifest(DEFAULT_FS, db_path).state
     by_level = [[m.number for m in level] for level in state.levels]
     assert upper.number in by_level[1] and lower.number in by_level[2]
     if forgery == "listed_twice":

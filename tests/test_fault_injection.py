@@ -634,19 +634,32 @@ def test_garbage_a_failed_remove_left_goes_at_the_next_open(tmp: str) -> None:
 
 
 @pytest.mark.parametrize("call", ["flush", "compact_range"])
-def test_regression_no_file_is_deleted_after_a_failed_manifest_write(call: str, tmp_path: object) -> None:
+@pytest.mark.parametrize(
+    ("kind", "on"),
+    [("write", "MANIFEST"), ("sync", "MANIFEST"), ("rename", "MANIFEST.tmp")],
+    ids=["edit", "sync", "new"],
+)
+def test_regression_no_file_is_deleted_after_a_failed_manifest_write(
+    call: str, kind: str, on: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Was: after a flush or compaction whose manifest write failed, closing an iterator swept the files
     against the in-memory version, which the manifest on disk never named: the flushed memtable's log (or the
-    compaction's inputs, which the manifest still lists) went, and a reopen lost acknowledged writes."""
+    compaction's inputs, which the manifest still lists) went, and a reopen lost acknowledged writes.
+
+    The manifest's write fails as an edit's append (a short write: half a record stays in the file), as its
+    fsync, or as the rename of a new file that the edits before made due."""
     fs = FaultFS()
     path = os.path.join(str(tmp_path), "db")
     db = minilsm.DB(path, **small_options(fs=fs, memtable_size=1 << 20, level0_compaction_trigger=4))
     fifty_keys_ready_for(db, call)
     it = db.iterator()  # holds the version the failed call replaces in memory
-    fs.arm("rename", 2)  # the output table's rename succeeds, the manifest's fails
+    if on == "MANIFEST.tmp":  # the next write starts a new file
+        monkeypatch.setattr(minilsm.manifest, "REWRITE_AFTER", 0)
+        monkeypatch.setattr(db._manifest, "_snapshot_bytes", 0)
+    fs.arm(kind, 1, on=on)
     with pytest.raises(StoreIOError):
         getattr(db, call)()
-    assert fs.faults and fs.faults[0].path.endswith("MANIFEST.tmp")
+    assert fs.faults and fs.faults[0].path.endswith(on)
     it.close()
     db.close()
     with minilsm.DB(path, **small_options()) as db:
@@ -654,8 +667,8 @@ def test_regression_no_file_is_deleted_after_a_failed_manifest_write(call: str, 
         assert [db.get(b"k%02d" % i) for i in range(1, 50)] == [b"v%d" % i for i in range(1, 50)]
 
 
-@pytest.mark.parametrize(("kind", "nth"), [("write", 1), ("rename", 1), ("rename", 2), ("sync_dir", 3)])
-def test_regression_a_failed_background_flush_fails_the_flush_call(kind: str, nth: int, tmp_path: object) -> None:
+@pytest.mark.parametrize(("kind", "on"), [("write", ""), ("rename", ""), ("write", "MANIFEST"), ("sync", "MANIFEST")])
+def test_regression_a_failed_background_flush_fails_the_flush_call(kind: str, on: str, tmp_path: object) -> None:
     """Was: in background mode, when the table was written but the manifest write then failed, flush()
     returned as if the memtable were durable in a table."""
     fs = FaultFS()
@@ -663,7 +676,7 @@ def test_regression_a_failed_background_flush_fails_the_flush_call(kind: str, nt
     db = minilsm.DB(path, **small_options(fs=fs, background=True, memtable_size=1 << 20))
     db.put(b"k", b"v")
     db.wait_for_compactions()
-    fs.arm(kind, nth)
+    fs.arm(kind, 1, on=on)
     with pytest.raises((StoreIOError, ReadOnlyError)):
         db.flush()
     assert fs.faults
@@ -787,7 +800,7 @@ def test_regression_an_interrupt_at_a_manifest_write_leaves_a_store_that_opens_w
     tables, or the flushed memtable's log, that the manifest on disk still named, and the store then refused
     to open (CorruptionError: a table or log listed in the manifest is missing), losing what they held.  Now
     the interrupt turns the store read-only, as a failed manifest write does, so nothing is deleted."""
-    import minilsm.db as dbmod
+    from minilsm.manifest import ManifestState, ManifestWriter
 
     db = minilsm.DB(db_path, **small_options())  # inline: the flush runs in the thread that writes
     data = {b"k%03d" % i: b"v%d" % i * 10 for i in range(60)}
@@ -797,16 +810,16 @@ def test_regression_an_interrupt_at_a_manifest_write_leaves_a_store_that_opens_w
         db.flush()
     old = db.iterator()  # holds the version the interrupted step replaces
     next(old)
-    real = dbmod.write_manifest
+    real = ManifestWriter.write
     armed = [True]
 
-    def interrupted(*args: object) -> None:
+    def interrupted(writer: ManifestWriter, state: ManifestState) -> None:
         if armed[0]:
             armed[0] = False
-            raise KeyboardInterrupt  # as a Ctrl-C lands when the manifest's fsync returns
-        real(*args)  # type: ignore[arg-type]
+            raise KeyboardInterrupt  # as a Ctrl-C lands just before the manifest's write
+        real(writer, state)
 
-    monkeypatch.setattr(dbmod, "write_manifest", interrupted)
+    monkeypatch.setattr(ManifestWriter, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):
         if call == "compact_range":
             db.compact_range()

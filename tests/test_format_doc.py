@@ -189,14 +189,38 @@ def doc_table(file: bytes) -> dict[str, Any]:
     }
 
 
-def doc_manifest(data: bytes) -> dict[str, Any]:
-    """FORMAT.md, "Manifest": magic, version u32, body length u32, xxh64(body) u64, then a JSON body."""
-    magic, version, length, checksum = struct.unpack_from("<8sIIQ", data, 0)
-    body = data[24:]
-    assert (magic, version, length) == (b"MLSMMANI", 1, len(body))
-    assert checksum == xxhash.xxh64_intdigest(body, seed=0)
-    obj: dict[str, Any] = json.loads(body.decode("utf-8"))
-    return obj
+def doc_manifest(data: bytes) -> list[dict[str, Any]]:
+    """FORMAT.md, "Manifest": records in FORMAT-wal.md's framing (length u32, xxh32 of the length bytes,
+    xxh3_64 of the payload, payload), each payload a JSON object; here every record must be intact."""
+    records = []
+    pos = 0
+    while pos < len(data):
+        length, header_check, checksum = struct.unpack_from("<IIQ", data, pos)
+        assert header_check == xxhash.xxh32_intdigest(data[pos : pos + 4])
+        payload = data[pos + 16 : pos + 16 + length]
+        assert len(payload) == length and checksum == xxhash.xxh3_64_intdigest(payload)
+        records.append(json.loads(payload.decode("utf-8")))
+        pos += 16 + length
+    return records
+
+
+def doc_manifest_state(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """FORMAT.md, "Manifest": the snapshot with each edit applied in order (tables keyed by number per level)."""
+    first = records[0]
+    assert (first["kind"], first["format_version"]) == ("snapshot", 2)
+    state = {**first, "levels": [{t["number"]: t for t in level} for level in first["levels"]]}
+    for edit in records[1:]:
+        assert edit["kind"] == "edit"
+        for key in ("next_file_number", "last_sequence", "log_number"):
+            state[key] = edit[key]
+        for level, number in edit["removed"]:
+            del state["levels"][level][number]
+        for level, table in edit["added"]:
+            assert table["number"] not in state["levels"][level]
+            state["levels"][level][table["number"]] = table
+        for level, pointer in edit["compact_pointers"]:
+            state["compact_pointers"][level] = pointer
+    return state
 
 
 # -- reading the documents themselves -----------------------------------------------------
@@ -368,23 +392,29 @@ def test_the_manifest_decodes_as_documented(db_path: str) -> None:
         db.compact_range()
         db.put(b"late", b"x")
         db.flush()
-    data = Path(db_path, "MANIFEST").read_bytes()
-    obj = doc_manifest(data)
+    records = doc_manifest(Path(db_path, "MANIFEST").read_bytes())
+    assert len(records) >= 4  # the open's snapshot, then a flush, a compaction and a flush since
     section = doc_section("FORMAT.md", "## Manifest")
-    documented_keys = [r[0].strip("`") for r in doc_table_rows(section)]
-    assert list(obj) == documented_keys
+    snapshot_table, edit_table = (doc_table_rows(t) for t in section.split("\nAn edit:\n"))
+    snapshot_keys = [r[0].strip("`") for r in snapshot_table]
+    edit_keys = [k.strip("` ") for r in edit_table for k in r[0].split(",")]
+    assert list(records[0]) == snapshot_keys
+    assert all(list(edit) == edit_keys for edit in records[1:])
+    assert any(edit["removed"] for edit in records[1:]) and any(edit["compact_pointers"] for edit in records[1:])
+    obj = doc_manifest_state(records)
     table_keys = re.findall(r"`(\w+)`", re.search(r"A table object: (.*?)\.\n", section, re.S).group(1))  # type: ignore[union-attr]
-    state = read_manifest(FS, db_path)
+    state = read_manifest(FS, db_path).state
     assert (obj["next_file_number"], obj["last_sequence"], obj["log_number"]) == (
         state.next_file_number,
         state.last_sequence,
         state.log_number,
     )
     assert obj["compact_pointers"] == [None if p is None else p.hex() for p in state.compact_pointers]
-    listed = [t for level in obj["levels"] for t in level]
+    listed = [t for level in obj["levels"] for t in level.values()]
     assert len(listed) >= 2 and [len(level) for level in obj["levels"]] == [len(level) for level in state.levels]
     for level, lib_level in zip(obj["levels"], state.levels, strict=True):
-        for table, meta in zip(level, lib_level, strict=True):
+        for meta in lib_level:
+            table = level[meta.number]
             assert list(table) == table_keys
             assert table["number"] < obj["next_file_number"]
             # The manifest's record of the table agrees with the library and with the table file itself.
@@ -399,9 +429,16 @@ def test_the_manifest_decodes_as_documented(db_path: str) -> None:
             for name in ("min_seq", "max_seq", "num_entries", "num_deletions"):
                 assert props[name] == table[name]
             assert (props["smallest"].hex(), props["largest"].hex()) == (table["smallest"], table["largest"])
-    # The document's example body has the same shape.
-    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))  # type: ignore[union-attr]
-    assert list(example) == documented_keys and all(list(t) == table_keys for lv in example["levels"] for t in lv)
+    # The document's example records have the same shape.
+    example = doc_manifest_example(section)
+    assert list(example[0]) == snapshot_keys and all(list(edit) == edit_keys for edit in example[1:])
+    assert all(list(t) == table_keys for edit in example[1:] for _, t in edit["added"])
+
+
+def doc_manifest_example(section: str) -> list[dict[str, Any]]:
+    """The example's payloads: one JSON object per record, a record's lines indented past its first."""
+    text = re.search(r"```json\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    return [json.loads(record) for record in re.split(r"\n(?=\{)", text.strip())]
 
 
 def test_the_manifest_example_is_what_its_store_writes(db_path: str) -> None:
@@ -416,8 +453,7 @@ def test_the_manifest_example_is_what_its_store_writes(db_path: str) -> None:
         for i in range(1000):
             db.put(b"k%05d" % i, b"v" * 10)
         db.flush()
-        example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))  # type: ignore[union-attr]
-        assert doc_manifest(Path(db_path, "MANIFEST").read_bytes()) == example
+        assert doc_manifest(Path(db_path, "MANIFEST").read_bytes()) == doc_manifest_example(section)
 
 
 def test_both_readings_of_the_digest_agree() -> None:

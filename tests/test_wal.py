@@ -118,9 +118,8 @@ def test_every_record_reaches_the_os_before_add_record_returns(tmp_path: Path) -
     w.close()
 
 
-def test_closed_writer_and_oversized_record(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    w = LogWriter(DEFAULT_FS.open_writable(str(tmp_path / log_file_name(2))), 2)
-    monkeypatch.setattr(wal, "MAX_RECORD_SIZE", 10)
+def test_closed_writer_and_oversized_record(tmp_path: Path) -> None:
+    w = LogWriter(DEFAULT_FS.open_writable(str(tmp_path / log_file_name(2))), 2, max_record_size=10)
     with pytest.raises(ValueError, match="exceeds the maximum"):
         w.add_record(bytes(11))
     assert w.add_record(bytes(10)) == 26

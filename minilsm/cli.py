@@ -37,8 +37,9 @@ from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
 from minilsm.errors import Error, NotFoundError
 from minilsm.fs import DEFAULT_FS
 from minilsm.keys import check_key, check_value
+from minilsm.manifest import MANIFEST_NAME, decode_manifest, manifest_records
 from minilsm.options import Options
-from minilsm.report import ShowKey, clip, dump_table, format_stats, format_tables, show_bytes, size
+from minilsm.report import ShowKey, clip, dump_table, format_manifest, format_stats, format_tables, show_bytes, size
 
 EXIT_OK: Final = 0
 EXIT_NEGATIVE: Final = 1
@@ -248,6 +249,19 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_manifest(args: argparse.Namespace) -> int:
+    # Read as a file, without opening the store: an open would start a new manifest, without the edits.
+    path = os.path.join(args.path, MANIFEST_NAME)
+    data = DEFAULT_FS.read_file(path)
+    decode_manifest(data, path)  # damage is an error here, as at an open
+    records, dropped = manifest_records(data, path)
+    if args.json:
+        _print_json({"records": records, "torn_bytes": dropped})
+    else:
+        print(format_manifest(records, dropped, _show(args)))
+    return EXIT_OK
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     report = check_store(args.path)
     if args.json:
@@ -372,6 +386,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE.sst")
     p.add_argument("--entries", action="store_true", help="also list the versions it stores")
     p.add_argument("--limit", type=_positive, metavar="N", help="with --entries: the first N only")
+
+    p = command(
+        "manifest",
+        cmd_manifest,
+        "the MANIFEST's snapshot and its edits: each table a flush or compaction added or removed",
+    )
+    p.add_argument("path", metavar="PATH")
 
     p = command("check", cmd_check, "verify every checksum of every live file (exit status 1 on damage)")
     p.add_argument("path", metavar="PATH")

@@ -228,27 +228,45 @@ def decode_manifest(data: bytes, path: str) -> ManifestRead:
 
     O(len(data)): the snapshot, then each edit in turn.
     """
-    if data.startswith(_V1_MAGIC):
-        return ManifestRead(_decode_v1(data, path))
-    result = read_log(data, path, paranoid=True, max_record_size=MAX_RECORD_SIZE)
-    if not result.records:
-        raise CorruptionError(f"not a minilsm manifest: no intact first record in {len(data)} bytes", path)
+    records, dropped = manifest_records(data, path)
     try:
-        first = json.loads(result.records[0])
+        first = records[0]
         if not isinstance(first, dict) or first.get("kind") != "snapshot":
             raise ValueError("the first record is not a snapshot")
-        if first.get("format_version") != FORMAT_VERSION:
+        if first.get("format_version") not in (1, FORMAT_VERSION):
             raise CorruptionError(f"unknown manifest format version {first.get('format_version')!r}", path)
         state = _state_from_json(first)
         tables = [{m.number: m for m in level} for level in state.levels]
-        for i, payload in enumerate(result.records[1:], start=1):
-            _apply_edit(json.loads(payload), state, tables, i)
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as e:
-        # RecursionError: deep nesting.  The checksums matched, so a writer made these records as
-        # they are: a different or broken one, still a corruption from the reader's point of view.
+        for i, record in enumerate(records[1:], start=1):
+            _apply_edit(record, state, tables, i)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        # The checksums matched, so a writer made these records as they are: a different or broken
+        # one, still a corruption from the reader's point of view.
         raise CorruptionError(f"malformed manifest record: {e!r}", path) from e
     state.levels = [list(level.values()) for level in tables]
-    return ManifestRead(state, len(result.records) - 1, result.dropped_bytes)
+    return ManifestRead(state, len(records) - 1, dropped)
+
+
+def manifest_records(data: bytes, path: str) -> tuple[list[Any], int]:
+    """A manifest file's records as parsed JSON, and the bytes of a torn last record (not parsed).
+
+    Checks the framing and the JSON, not what the records say (`decode_manifest` does).  A format-1
+    file's body comes back as one snapshot record.  O(len(data)).
+    """
+    if data.startswith(_V1_MAGIC):
+        payloads, dropped = [_v1_body(data, path)], 0
+    else:
+        result = read_log(data, path, paranoid=True, max_record_size=MAX_RECORD_SIZE)
+        if not result.records:
+            raise CorruptionError(f"not a minilsm manifest: no intact first record in {len(data)} bytes", path)
+        payloads, dropped = result.records, result.dropped_bytes
+    try:
+        records = [json.loads(payload) for payload in payloads]
+    except (ValueError, RecursionError) as e:  # RecursionError: deep nesting
+        raise CorruptionError(f"malformed manifest record: {e!r}", path) from e
+    if data.startswith(_V1_MAGIC) and isinstance(records[0], dict):
+        records[0] = {"kind": "snapshot", "format_version": 1, **records[0]}
+    return records, dropped
 
 
 def _apply_edit(obj: Any, state: ManifestState, tables: list[dict[int, TableMeta]], i: int) -> None:
@@ -269,8 +287,8 @@ def _apply_edit(obj: Any, state: ManifestState, tables: list[dict[int, TableMeta
         state.compact_pointers[_int(level)] = _key_from_json(pointer)
 
 
-def _decode_v1(data: bytes, path: str) -> ManifestState:
-    """A manifest of format version 1: a 24-byte header (magic, version, length, xxh64) and one JSON body."""
+def _v1_body(data: bytes, path: str) -> bytes:
+    """The body of a format-1 manifest: a 24-byte header (magic, version, length, xxh64), then one JSON object."""
     if len(data) < _V1_HEADER.size:
         raise CorruptionError(f"manifest is {len(data)} bytes, shorter than its header", path)
     _, version, length, checksum = _V1_HEADER.unpack_from(data, 0)
@@ -281,10 +299,7 @@ def _decode_v1(data: bytes, path: str) -> ManifestState:
         raise CorruptionError(f"manifest body is {len(body)} bytes, header says {length}", path)
     if xxhash.xxh64_intdigest(body) != checksum:
         raise CorruptionError("manifest checksum mismatch", path)
-    try:
-        return _state_from_json(json.loads(body))
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-        raise CorruptionError(f"malformed manifest body: {e!r}", path) from e
+    return body
 
 
 def _state_from_json(obj: Any) -> ManifestState:

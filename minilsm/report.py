@@ -334,10 +334,10 @@ column is as wide as its widest cell, so one key near the 64 KiB limit (128 Ki c
 the columns after it, on every row, past any screen."""
 
 
-def columns(header: Sequence[str], rows: Iterable[Sequence[object]], left: Sequence[int] = (0,)) -> str:
-    """Rows under a header, each column aligned to its widest cell: right, except the columns in `left`."""
-    cells = [list(header)] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+def columns(header: Sequence[str] | None, rows: Iterable[Sequence[object]], left: Sequence[int] = (0,)) -> str:
+    """Rows under a header (None: none), each column aligned to its widest cell: right, except those in `left`."""
+    cells = ([] if header is None else [list(header)]) + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     return "\n".join(
         "  ".join(
             c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
@@ -385,6 +385,54 @@ def format_tables(rows: Sequence[TableInfo], show_key: ShowKey = show_bytes) -> 
             for t in rows
         ),
     )
+
+
+def format_manifest(records: Sequence[Any], dropped_bytes: int, show_key: ShowKey = show_bytes) -> str:
+    """``minilsm manifest``: the snapshot, then each edit (``+`` a table added, ``-`` one removed).
+
+    `records` as `manifest.manifest_records` returns them, already checked by `manifest.decode_manifest`.
+    """
+    first = records[0]
+    lines = [
+        f"format {first['format_version']}: a snapshot and {_plural(len(records) - 1, 'edit')}"
+        + (f", then a torn record of {dropped_bytes:,} bytes (an open drops it)" if dropped_bytes else "")
+    ]
+    for i, record in enumerate(records):
+        if i == 0:
+            changes = [("", level, t) for level, tables in enumerate(record["levels"]) for t in tables]
+            pointers = [(level, p) for level, p in enumerate(record["compact_pointers"]) if p is not None]
+        else:
+            changes = [("-", level, {"number": n}) for level, n in record["removed"]]
+            changes += [("+", level, t) for level, t in record["added"]]
+            pointers = record["compact_pointers"]
+        lines.append(
+            f"{'snapshot' if i == 0 else f'edit {i}'}: next file {record['next_file_number']}, "
+            f"last sequence {record['last_sequence']:,}, log {record['log_number']}"
+        )
+        rows = [
+            (
+                f"  {sign:1} L{level}",
+                table_file_name(t["number"]),
+                *(
+                    (
+                        size(t["file_size"]),
+                        f"{t['num_entries']:,} entries",
+                        clip(show_key(bytes.fromhex(t["smallest"])), KEY_CELL_WIDTH),
+                        "..",
+                        clip(show_key(bytes.fromhex(t["largest"])), KEY_CELL_WIDTH),
+                    )
+                    if "file_size" in t
+                    else ("", "", "", "", "")
+                ),
+            )
+            for sign, level, t in changes
+        ]
+        if rows:
+            lines.append(columns(None, rows, left=(0, 1, 4, 5, 6)))
+        for level, p in pointers:
+            shown = "none" if p is None else clip(show_key(bytes.fromhex(p)), KEY_CELL_WIDTH)
+            lines.append(f"  compact pointer of L{level}: {shown}")
+    return "\n".join(lines)
 
 
 def format_stats(s: DBStats) -> str:

@@ -66,6 +66,15 @@ def small_options(**kw: object) -> dict[str, object]:
     return opts
 
 
+def flip_byte(path: str, pos: int) -> None:
+    """Damage the file at `path`: invert every bit of its byte at `pos` (in place; open readers see it)."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
 def fast_tmp_dir() -> tempfile.TemporaryDirectory[str]:
     """A temporary directory in RAM (/dev/shm) when there is one: a real filesystem whose fsync costs nothing.
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from storeutil import fast_tmp_dir, small_options
+from storeutil import fast_tmp_dir, flip_byte, small_options
 
 import minilsm
 from minilsm.db import DB
@@ -147,6 +147,25 @@ def test_present_keys_count_one_true_positive_per_read_from_tables(db_path: str)
     # The rate counts only the probes of tables that did not hold the key.
     assert s.measured_fpr == s.false_positives / (s.filter_negatives + s.false_positives)
     assert s.filter_checks > s.filter_negatives + s.false_positives
+
+
+def test_a_block_that_fails_its_checksum_counts_as_read_in_its_table_too(db_path: str) -> None:
+    # Was: the store counted the read in `read_block`, the table only once the block had passed its checks, so
+    # after a damaged block the per-table rows no longer summed to the totals.
+    with DB(db_path, **small_options(block_cache_size=0)) as db:
+        load(db, range(200))
+        db.compact_range()
+        first = min((t for _, t in db.version.tables()), key=lambda t: t.smallest)
+        flip_byte(first.path, 10)  # a byte of its first data block, which holds its smallest key
+        db.stats(reset=True)
+        with pytest.raises(minilsm.CorruptionError, match="checksum"):
+            db.get(first.smallest)
+        with pytest.raises(minilsm.CorruptionError, match="checksum"):
+            list(db.iterator())
+        s = db.stats()
+        assert s.block_reads == 2  # the damaged block, once by each
+        assert sum(t.block_reads for t in s.tables) == s.block_reads
+        assert next(t for t in s.tables if t.number == first.number).block_reads == 2
 
 
 def test_reset_zeroes_the_store_and_the_tables_and_returns_what_was_counted(db_path: str) -> None:

@@ -24,7 +24,7 @@ import math
 import os
 import struct
 from dataclasses import dataclass, fields
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 import xxhash
 
@@ -156,6 +156,12 @@ class Readahead:
         return buf[:size]
 
 
+class CountsBlockReads(Protocol):
+    """A table's own count of its data blocks read (a `TableReader`'s), kept beside the store's `Stats`."""
+
+    block_reads: int
+
+
 def read_block(
     file: RandomAccessFile,
     offset: int,
@@ -165,16 +171,20 @@ def read_block(
     *,
     kind: int,
     ahead: Readahead | None = None,
+    table: CountsBlockReads | None = None,
 ) -> bytes:
     """Read, check and count the block at `offset` of `size` bytes (trailer included); returns its contents.
 
     The only reader of table blocks.  It checks the extent against the file
     size before reading, then the trailer's type against `kind` and the
-    checksum.  A data block counts one ``stats.block_reads``; a filter block one
-    ``stats.filter_loads``; an index block one ``stats.index_loads``.  The bytes
-    come from one `read_file_bytes` (which counts them), or from `ahead`, the
-    window a forward scan of `file` has read (whose refills count theirs).  One
-    positioned read or slice, plus one checksum pass, O(size).
+    checksum.  A data block counts one ``stats.block_reads``, and one on
+    `table` if given; a filter block one ``stats.filter_loads``; an index block
+    one ``stats.index_loads``.  Counted as soon as the bytes are in, before any
+    check, so that a block that fails one counts as read in the store's totals
+    and its table's row alike.  The bytes come from one `read_file_bytes` (which
+    counts them), or from `ahead`, the window a forward scan of `file` has read
+    (whose refills count theirs).  One positioned read or slice, plus one
+    checksum pass, O(size).
     """
     if size < BLOCK_TRAILER_SIZE or offset + size > file.size():
         raise CorruptionError(
@@ -185,6 +195,8 @@ def read_block(
     raw = read_file_bytes(file, offset, size, stats) if ahead is None else ahead.read(offset, size)
     if kind == BLOCK_DATA:
         stats.block_reads += 1
+        if table is not None:
+            table.block_reads += 1
     elif kind == BLOCK_FILTER:
         stats.filter_loads += 1
     elif kind == BLOCK_INDEX:

@@ -396,9 +396,8 @@ class TableReader:
         else:
             file = ahead.file
         contents = read_block(
-            file, self._offsets[i], self._sizes[i], self._stats, self.path, kind=BLOCK_DATA, ahead=ahead
+            file, self._offsets[i], self._sizes[i], self._stats, self.path, kind=BLOCK_DATA, ahead=ahead, table=self
         )
-        self.block_reads += 1
         try:
             block = Block(contents)
         except CorruptionError as e:
@@ -436,7 +435,7 @@ class TableReader:
         Beyond the checksums: data blocks tile the file and agree with the index,
         versions are in strict internal order, every user key passes the filter,
         and the counts, key range and sequence range match the properties.
-        O(file size); the reads count in ``stats`` like any other.
+        O(file size); the reads count in ``stats`` and on this reader like any other.
         """
         file = self._open_file()
         index, bloom, props = _read_metadata(file, self._stats, self.path)
@@ -445,7 +444,9 @@ class TableReader:
         prev: tuple[bytes, int] | None = None
         rebuilt = BlockBuilder()  # `finish` empties it for the next block
         for i in range(len(index.offsets)):
-            contents = read_block(file, index.offsets[i], index.sizes[i], self._stats, self.path, kind=BLOCK_DATA)
+            contents = read_block(
+                file, index.offsets[i], index.sizes[i], self._stats, self.path, kind=BLOCK_DATA, table=self
+            )
             try:
                 entries = Block(contents).entries()
             except CorruptionError as e:

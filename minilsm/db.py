@@ -1303,21 +1303,20 @@ class DB(_Scans):
         fs.makedirs(scratch)
         try:
             try:
-                result = worker.shared_worker().run(job(scratch), meanwhile, wait=wait)
+                outputs = worker.shared_worker().run(job(scratch), meanwhile, stats=self._stats, wait=wait)
             except worker.WorkerUnavailableError as e:
                 if not e.said:
                     _log.warning("%s: %s; %s in-process instead", self.path, e, doing)
                 return None
             # Only the holder of the store's lock gives a table its name (see minilsm.worker).
             metas = []
-            for m in result.metas:
+            for m in outputs:
                 n = self._output_number(numbers)
                 fs.rename(f"{scratch}/{table_file_name(m.number)}", table_path(self.path, n))
                 metas.append(dataclasses.replace(m, number=n))
             fs.sync_dir(self.path)
         finally:
             worker.remove_scratch(fs, scratch)
-        self._stats.add(result.stats)
         return metas
 
     def _abandon_if_closing(self) -> None:

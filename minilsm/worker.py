@@ -29,9 +29,10 @@ open deletes.
 
 One worker serves every store of the process, one job at a time (a second core
 is what it is for), started at the first job and ended at exit.  Jobs and
-results travel as pickles over the worker's stdin and stdout.  If the worker
-cannot be started or dies, `WorkerUnavailableError` tells the store to run the job
-itself, and so does a file operation of the job that fails in the worker's
+results travel as pickles over the worker's stdin and stdout, each result with
+what the job counted (blocks read, versions dropped), failed or not.  If the
+worker cannot be started or dies, `WorkerUnavailableError` tells the store to run
+the job itself, and so does a file operation of the job that fails in the worker's
 process (an `OSError`: its own limits, or a full disk, which then fails in the
 store's thread too); any other error *of the job* (a corrupt input table)
 comes back as the exception the job raised, as if it had run in-process.
@@ -137,19 +138,15 @@ class FlushJob:
     bits_per_key: float
 
 
-@dataclass(frozen=True)
-class JobResult:
-    metas: list[TableMeta]
-    """The outputs, in key order; `number` is the file's number inside the scratch directory."""
-    stats: Stats
-    """What the job counted (blocks read, versions dropped), for the store to add to its own."""
+def run_job(job: CompactionJob | FlushJob, fs: FileSystem, stats: Stats) -> list[TableMeta]:
+    """Run `job` here: the same merge an in-process compaction (or flush) runs, into the scratch directory.
 
-
-def run_job(job: CompactionJob | FlushJob, fs: FileSystem) -> JobResult:
-    """Run `job` here: the same merge an in-process compaction (or flush) runs, into the scratch directory."""
+    Returns the outputs, in key order, each numbered by its file's number inside the scratch directory.
+    Counts into `stats` as it goes (blocks read, versions dropped), as the in-process job counts into the
+    store's, so that what it counted is there to send back even when it fails.
+    """
     if isinstance(job, FlushJob):
-        return run_flush(job, fs)
-    stats = Stats()
+        return run_flush(job, fs, stats)
     opened: list[TableReader] = []
     try:
         for n in job.inputs + job.overlaps:
@@ -166,23 +163,20 @@ def run_job(job: CompactionJob | FlushJob, fs: FileSystem) -> JobResult:
             count += 1
             return TableBuilder(fs, job.scratch, count, block_size=job.block_size, bits_per_key=job.bits_per_key)
 
-        metas = write_tables(entries, new_builder, job.target_file_size)
+        return write_tables(entries, new_builder, job.target_file_size)
     finally:
         for t in opened:
             t.close()
-    return JobResult(metas, stats)
 
 
-def run_flush(job: FlushJob, fs: FileSystem) -> JobResult:
+def run_flush(job: FlushJob, fs: FileSystem, stats: Stats) -> list[TableMeta]:
     """Write the job's memtable as one table into the scratch directory, as the store's own flush does."""
-    stats = Stats()
     entries = flush_entries(job.memtable.entries(), job.snapshots, stats)
-    metas = write_tables(
+    return write_tables(
         entries,
         lambda: TableBuilder(fs, job.scratch, 1, block_size=job.block_size, bits_per_key=job.bits_per_key),
         None,
     )
-    return JobResult(metas, stats)
 
 
 class WorkerUnavailableError(Exception):
@@ -213,9 +207,23 @@ class Worker:
         """Failures in a row; at `MAX_FAILURES` the stores stop asking (each failed try costs a process start)."""
 
     def run(
-        self, job: CompactionJob | FlushJob, meanwhile: Callable[[], None] | None = None, *, wait: bool = True
-    ) -> JobResult:
-        """The job's result; raises the job's own exception, or `WorkerUnavailableError`.
+        self,
+        job: CompactionJob | FlushJob,
+        meanwhile: Callable[[], None] | None = None,
+        *,
+        stats: Stats,
+        wait: bool = True,
+    ) -> list[TableMeta]:
+        """The job's outputs (see `run_job`); raises the job's own exception, or `WorkerUnavailableError`.
+
+        What the job counted in the worker (blocks and bytes read, versions
+        dropped) is added to `stats` once its reply comes, whether it succeeded
+        or failed: its reads happened either way, as a failed job in the
+        store's thread counts the reads it made (LevelDB adds a failed
+        compaction's statistics too).  A job the store then runs again itself
+        (after an `OSError` there, or a flush that failed there) thus counts
+        twice, as it ran twice.  A job abandoned, or lost with a worker that
+        died, sends nothing back.
 
         While the job runs, `meanwhile()` is called every `MEANWHILE_EVERY`
         seconds (the store flushes a memtable that filled meanwhile, as LevelDB
@@ -254,14 +262,15 @@ class Worker:
                     self._broken(e)
                 self._await(waiting, meanwhile)
             try:
-                ok, payload = pickle.load(stdout)
+                ok, payload, counted = pickle.load(stdout)
             except BaseException as e:
                 self._broken(e)
             self._failures = 0
         finally:
             self._lock.release()
+        stats.add(counted)
         if ok:
-            assert isinstance(payload, JobResult)
+            assert isinstance(payload, list)
             return payload
         assert isinstance(payload, BaseException)
         if isinstance(payload, OSError):
@@ -445,21 +454,23 @@ atexit.register(_detach_at_exit)
 
 
 def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
-    """Run jobs from `jobs` until it ends, each result (or the job's exception) pickled to `results`."""
+    """Run jobs from `jobs` until it ends, pickling to `results` for each ``(True, outputs, counts)``, or
+    ``(False, the job's exception, counts)``: what it counted goes back whether it succeeded or not."""
     fs = FileSystem()
     while True:
         try:
             job = pickle.load(jobs)
         except EOFError:
             return
+        stats = Stats()
         try:
-            reply: tuple[bool, object] = (True, run_job(job, fs))
+            reply: tuple[bool, object, Stats] = (True, run_job(job, fs, stats), stats)
         except Exception as e:
-            reply = (False, e)
+            reply = (False, e, stats)
         try:
             data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # an exception that does not pickle: send its text
-            data = pickle.dumps((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+            data = pickle.dumps((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}"), stats))
         try:
             results.write(data)
             results.flush()

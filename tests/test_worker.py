@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from storeutil import check_invariants, small_options
+from storeutil import check_invariants, flip_byte, small_options
 
 from minilsm import DB, ClosedError, CorruptionError, worker
 from minilsm import db as db_module
@@ -27,6 +27,7 @@ from minilsm.compaction import flush_entries
 from minilsm.fs import FileSystem
 from minilsm.keys import KIND_DELETE, KIND_VALUE
 from minilsm.memtable import MemTable
+from minilsm.sstable.format import TableMeta
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
 
@@ -133,11 +134,12 @@ def test_a_job_writes_only_into_its_scratch_directory(db_path: str) -> None:
         block_size=256,
         bits_per_key=10.0,
     )
-    result = worker.run_job(job, FileSystem())
+    stats = Stats()
+    metas = worker.run_job(job, FileSystem(), stats)
     assert sorted(os.listdir(db_path)) == sorted([*before, os.path.basename(scratch)])
-    assert sorted(os.listdir(scratch)) == [f"{m.number:06d}.sst" for m in result.metas]
-    assert [m.number for m in result.metas] == list(range(1, len(result.metas) + 1))
-    assert result.stats.block_reads >= sum(t.meta.num_entries > 0 for t in tables)
+    assert sorted(os.listdir(scratch)) == [f"{m.number:06d}.sst" for m in metas]
+    assert [m.number for m in metas] == list(range(1, len(metas) + 1))
+    assert stats.block_reads >= sum(t.meta.num_entries > 0 for t in tables)
 
 
 def test_a_worker_that_dies_leaves_compactions_and_flushes_to_the_thread(
@@ -168,7 +170,7 @@ def slow_worker(seconds: float) -> worker.Worker:
     boot = worker._BOOT.replace(
         "from minilsm.worker import main; main()",
         "import time, minilsm.worker as w; run = w.run_job; "
-        f"w.run_job = lambda job, fs: (time.sleep({seconds}), run(job, fs))[1]; w.main()",
+        f"w.run_job = lambda job, fs, stats: (time.sleep({seconds}), run(job, fs, stats))[1]; w.main()",
     )
     return worker.Worker([sys.executable, "-c", boot])
 
@@ -263,10 +265,12 @@ def test_a_killed_worker_is_replaced_at_the_next_job(
         assert dict(db.iterator()) == model
 
 
-def test_a_damaged_input_fails_the_job_with_the_error_the_thread_raises(
+def test_a_damaged_input_fails_the_job_with_the_error_and_the_counts_the_thread_gives(
     tmp_path: os.PathLike[str], fresh_worker: worker.Worker
 ) -> None:
-    errors = []
+    """The same exception, and the same data blocks counted as read before it.  Was: a job that failed in the
+    worker sent back no counts, so the blocks and bytes it had read never reached the store's stats."""
+    outcomes = []
     for use_worker in (False, True):
         path = os.path.join(tmp_path, f"w{use_worker}")
         with DB(
@@ -274,12 +278,8 @@ def test_a_damaged_input_fails_the_job_with_the_error_the_thread_raises(
         ) as db:
             load(db, seed=8, n=300)
             db.flush()
-            table = db.version.levels[0][0]
-        with open(table.path, "r+b") as f:  # a byte of the first data block
-            f.seek(10)
-            b = f.read(1)
-            f.seek(10)
-            f.write(bytes([b[0] ^ 0xFF]))
+            table = db.version.levels[0][-1]  # the oldest: the merge reads the others' first blocks before it
+            flip_byte(table.path, table._offsets[-1] + 10)  # a byte of its last data block
         with DB(
             path,
             **small_options(
@@ -289,12 +289,18 @@ def test_a_damaged_input_fails_the_job_with_the_error_the_thread_raises(
                 level0_stop_writes_trigger=60,
             ),
         ) as db:
+            before = db.stats()
             with pytest.raises(CorruptionError) as info:
                 db.compact_range()
+            after = db.stats()
             assert info.value.path == table.path
-            errors.append((type(info.value), os.path.basename(table.path), info.value.detail))
+            error = (type(info.value), os.path.basename(table.path), info.value.detail)
+            outcomes.append((error, after.block_reads - before.block_reads))
+            assert after.block_bytes_read > before.block_bytes_read
     assert fresh_worker.pid is not None
-    assert errors[0] == errors[1]
+    thread, process = outcomes
+    assert process == thread
+    assert thread[1] > table.props.num_data_blocks  # all of the damaged table's (the damaged one too), and more
 
 
 def random_memtable(seed: int) -> MemTable:
@@ -321,15 +327,16 @@ def test_a_flush_job_writes_the_versions_the_threads_flush_writes(db_path: str, 
     job = worker.FlushJob(scratch=scratch, memtable=mem, snapshots=snapshots, block_size=256, bits_per_key=10.0)
     expected_stats = Stats()
     expected = list(flush_entries(mem.entries(), snapshots, expected_stats))
-    result = worker.run_job(pickle.loads(pickle.dumps(job)), FileSystem())  # as it travels to the worker
-    assert [m.number for m in result.metas] == [1] and os.listdir(scratch) == ["000001.sst"]
+    stats = Stats()
+    metas = worker.run_job(pickle.loads(pickle.dumps(job)), FileSystem(), stats)  # as it travels to the worker
+    assert [m.number for m in metas] == [1] and os.listdir(scratch) == ["000001.sst"]
     table = TableReader.open(FileSystem(), scratch, 1, Stats())
     try:
         assert list(table.iter_entries()) == expected
     finally:
         table.close()
-    assert result.stats.entries_dropped_shadowed == expected_stats.entries_dropped_shadowed > 0
-    assert result.metas[0].num_entries == len(expected)
+    assert stats.entries_dropped_shadowed == expected_stats.entries_dropped_shadowed > 0
+    assert metas[0].num_entries == len(expected)
 
 
 def spy_jobs(w: worker.Worker, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -337,7 +344,7 @@ def spy_jobs(w: worker.Worker, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     jobs: list[str] = []
     run = w.run
 
-    def spying(job: worker.CompactionJob | worker.FlushJob, *args: Any, **kw: Any) -> worker.JobResult:
+    def spying(job: worker.CompactionJob | worker.FlushJob, *args: Any, **kw: Any) -> list[TableMeta]:
         jobs.append(type(job).__name__)
         return run(job, *args, **kw)
 
@@ -386,7 +393,8 @@ def test_a_memtable_too_large_to_pickle_at_once_is_flushed_by_the_thread(
 _REFUSE = {
     "flushing": "w.run_flush = refuse",
     "compacting": (
-        "run = w.run_job\nw.run_job = lambda job, fs: run(job, fs) if isinstance(job, w.FlushJob) else refuse(job, fs)"
+        "run = w.run_job\n"
+        "w.run_job = lambda job, fs, st: run(job, fs, st) if isinstance(job, w.FlushJob) else refuse(job, fs, st)"
     ),
 }
 
@@ -401,7 +409,7 @@ def test_a_job_whose_file_operation_fails_in_the_worker_is_done_again_by_the_thr
     boot = worker._BOOT.replace(
         "from minilsm.worker import main; main()",
         "import minilsm.worker as w\n"
-        "def refuse(job, fs): raise OSError(24, 'forged: too many open files')\n"
+        "def refuse(job, fs, stats): raise OSError(24, 'forged: too many open files')\n"
         f"{_REFUSE[doing]}\n"
         "w.main()",
     )
@@ -434,7 +442,7 @@ def test_a_busy_worker_is_not_waited_for_when_asked_not_to(fresh_worker: worker.
     with fresh_worker._lock:  # another thread's job in hand
         started = time.monotonic()
         with pytest.raises(worker.WorkerUnavailableError) as info:
-            fresh_worker.run(job, wait=False)
+            fresh_worker.run(job, stats=Stats(), wait=False)
         assert info.value.said and time.monotonic() - started < 1
     assert fresh_worker.pid is None
 
@@ -447,16 +455,18 @@ def test_a_job_waiting_for_another_threads_job_does_its_meanwhile_work(
     os.makedirs(scratch)
     job = worker.FlushJob(scratch=scratch, memtable=random_memtable(2), snapshots=[], block_size=256, bits_per_key=10)
     calls: list[float] = []
-    results: list[worker.JobResult] = []
+    results: list[list[TableMeta]] = []
     with fresh_worker._lock:
-        waiter = threading.Thread(target=lambda: results.append(fresh_worker.run(job, lambda: calls.append(1.0))))
+        waiter = threading.Thread(
+            target=lambda: results.append(fresh_worker.run(job, lambda: calls.append(1.0), stats=Stats()))
+        )
         waiter.start()
         deadline = time.monotonic() + 10
         while len(calls) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(calls) >= 3, "meanwhile was not called while the worker was busy"
     waiter.join(10)
-    assert [m.number for m in results[0].metas] == [1]
+    assert [m.number for m in results[0]] == [1]
 
 
 def test_a_scratch_directory_left_by_a_crash_goes_at_the_next_open(db_path: str) -> None:
@@ -530,7 +540,7 @@ def test_a_worker_stops_a_job_nobody_waits_for_once_its_store_process_is_killed(
     boot = worker._BOOT.replace(
         "from minilsm.worker import main; main()",
         "import time, minilsm.worker as w; run = w.run_job; "
-        "w.run_job = lambda job, fs: (time.sleep(60), run(job, fs))[1]; w.main()",
+        "w.run_job = lambda job, fs, stats: (time.sleep(60), run(job, fs, stats))[1]; w.main()",
     )
     script = f"""
 import sys, threading, time
@@ -580,7 +590,7 @@ def test_close_does_not_wait_for_a_merge_in_a_worker_that_hangs(
         "from minilsm.worker import main; main()",
         "import time, minilsm.worker as w\n"
         "run = w.run_job\n"
-        "w.run_job = lambda job, fs: run(job, fs) if isinstance(job, w.FlushJob) else time.sleep(600)\n"
+        "w.run_job = lambda job, fs, stats: run(job, fs, stats) if isinstance(job, w.FlushJob) else time.sleep(600)\n"
         "w.main()",
     )
     stuck = worker.Worker([sys.executable, "-c", boot])
@@ -623,7 +633,7 @@ def test_close_does_not_wait_for_a_flush_in_a_worker_that_hangs(
     stuck worker.  Abandoned, the frozen memtable stays in its log, and the next open has every write."""
     boot = worker._BOOT.replace(
         "from minilsm.worker import main; main()",
-        "import time, minilsm.worker as w\nw.run_flush = lambda job, fs: time.sleep(600)\nw.main()",
+        "import time, minilsm.worker as w\nw.run_flush = lambda job, fs, stats: time.sleep(600)\nw.main()",
     )
     stuck = worker.Worker([sys.executable, "-c", boot])
     monkeypatch.setattr(worker, "_shared", stuck)

@@ -321,7 +321,7 @@ def _pick_tiered(version: Version, options: Options) -> Compaction | None:
 
 
 def manual_compaction(
-    version: Version, smallest: bytes | None, largest: bytes | None, options: Options
+    version: Version, smallest: bytes | None, largest: bytes | None, options: Options, fresh: Collection[int]
 ) -> Compaction | None:
     """The next step of `compact_range`: push the data in [smallest, largest] down one level.
 
@@ -331,7 +331,9 @@ def manual_compaction(
     key range cannot be merged alone), dropping every tombstone no snapshot needs.
     Tables of deeper levels (a store made leveled, reopened tiered; tiered merges
     never reach them) join that merge as sources of their own, so that
-    `compact_range` reclaims their dead versions too.
+    `compact_range` reclaims their dead versions too.  A single run in `fresh`
+    (written by an earlier such merge, under snapshots that all still live, as
+    `bottom_compactions` takes it) is left as it is: it holds nothing more to drop.
     """
     if options.compaction_style == "tiered":
         # Level 0 first: its runs are newest first, and each deeper level is older than the one above.
@@ -340,9 +342,10 @@ def manual_compaction(
             return None
         if len(tables) == 1:
             # Already one run: rewritten only to drop its tombstones or the versions a flush kept for
-            # snapshots (more versions than keys; the filter counts each user key once).
+            # snapshots (more versions than keys; the filter counts each user key once), unless it is fresh:
+            # then what it keeps, live snapshots need, and a rewrite would keep it all again, at every call.
             meta = tables[0].meta
-            if meta.num_deletions == 0 and meta.num_entries == tables[0].filter.num_keys:
+            if tables[0].number in fresh or (meta.num_deletions == 0 and meta.num_entries == tables[0].filter.num_keys):
                 return None
         # Every table of the store is an input, each merged as a source of its own (level 0's rule), so
         # nothing older than the output remains anywhere.
@@ -368,8 +371,8 @@ def bottom_compactions(
     Merging down leaves the bottom level's other tables untouched, yet they may still
     hold versions that were kept for snapshots since released; rewriting them drops
     those, as RocksDB's ``bottommost_level_compaction=kForce`` does.  The tables in
-    `fresh` (those this `compact_range` has just written, under the snapshots that
-    are still the live ones) hold nothing more to drop and are left out: a full
+    `fresh` (those this `compact_range` has just written, under snapshots that all
+    still live) hold nothing more to drop and are left out: a full
     `compact_range` would otherwise write its last merge's outputs twice.  The
     others go as one rewrite per run of adjacent tables, whose outputs stay inside
     that run's key range and so between the fresh tables around it.

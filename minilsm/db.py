@@ -238,6 +238,9 @@ class DB(_Scans):
         """`time.monotonic()` before which no seek compaction starts (`SEEK_PACE`)."""
         self._snapshots: dict[int, int] = {}  # snapshot id -> its sequence number
         self._snapshot_ids = 0
+        self._range_compacted: tuple[set[int], set[int]] = (set(), set())
+        """Tiered: the run the last `compact_range` that merged wrote, and the snapshots (sequence numbers) live when
+        its merge began (see `_still_fresh`)."""
         self._versions: weakref.WeakSet[Version] = weakref.WeakSet()  # every Version someone still holds
         # Every live iterator's pin, for close() to cancel.  A set of weak references, not a WeakSet: adding
         # to it and copying it are single C calls, safe from any thread without a lock.
@@ -988,22 +991,26 @@ class DB(_Scans):
                 self._wait_for_background()
             self._compacting = True
             try:
-                snapshots, before = sorted(self._snapshots.values()), self._version.numbers()
+                written: set[int] = set()
+                merged_under: set[int] = set()  # the snapshots live when one of the merges began
+                # Tiered: the run an earlier call wrote holds nothing more to drop while its snapshots live.
+                earlier = self._still_fresh(*self._range_compacted)
                 while True:
                     self._check_writable()
-                    c = compaction.manual_compaction(self._version, start, stop, self.options)
+                    c = compaction.manual_compaction(self._version, start, stop, self.options, earlier)
                     if c is None:
                         break
-                    self._run_compaction(c, manual=True)
+                    merged_under.update(self._snapshots.values())  # those the merge keeps versions for
+                    written.update(self._run_compaction(c, manual=True))
                     del c
                     self._delete_obsolete_files()
                     if self.options.compaction_style == "tiered":
+                        self._range_compacted = (written, merged_under)
                         break  # one merge of every run is the whole job
                 if self.options.compaction_style == "leveled":
-                    # The merges' outputs dropped what the snapshots of then let go: if those are still the
-                    # live ones, there is nothing more to drop in them (a flush meanwhile writes level 0 only).
-                    same = sorted(self._snapshots.values()) == snapshots
-                    fresh = self._version.numbers() - before if same else set()
+                    # The merges' outputs dropped what the snapshots of then let go: while those all live, there
+                    # is nothing more to drop in them.
+                    fresh = self._still_fresh(written, merged_under)
                     rewrites = compaction.bottom_compactions(self._version, start, stop, fresh)
                     while rewrites:
                         self._check_writable()
@@ -1025,6 +1032,17 @@ class DB(_Scans):
                 self._cond.notify_all()
             if not self.options.background:
                 self._do_background_work()
+
+    def _still_fresh(self, tables: set[int], snapshots: set[int]) -> set[int]:
+        """`tables`, written by merges that began while `snapshots` (sequence numbers) were the live ones, if all
+        of those are live still, else nothing.  O(snapshots).
+
+        Such a merge kept only what those snapshots see (`compaction.drop_dead`), which they still see, and a
+        snapshot taken since is newer than every version the tables hold, so rewriting them would drop nothing.
+        Once one of them is released, the versions only it saw may go.
+        """
+        # set() copies the values in one C call: see `_release_snapshot`.
+        return tables if snapshots <= set(self._snapshots.values()) else set()
 
     def wait_for_compactions(self) -> None:
         """Return once no flush or compaction is due or running (RocksDB's ``WaitForCompact``).
@@ -1154,10 +1172,14 @@ class DB(_Scans):
         self._stats.flushes += 1
         self._stats.flush_bytes_written += sum(m.file_size for m in metas)
 
-    def _run_compaction(self, c: compaction.Compaction, manual: bool) -> None:
-        """Merge the compaction's inputs into new tables and install them (mutex held)."""
+    def _run_compaction(self, c: compaction.Compaction, manual: bool) -> list[int]:
+        """Merge the compaction's inputs into new tables and install them (mutex held); returns their numbers.
+
+        A move installs the inputs at their new level, and returns no number: it writes nothing.
+        """
         opts = self.options
         version = self._version
+        written: list[int] = []
         if not manual and c.is_trivial_move():
             # Nothing to merge with, so just relabel the level (LevelDB's trivial move, extended
             # to disjoint level-0 tables: a sequential load then writes each byte once, not twice).
@@ -1188,10 +1210,12 @@ class DB(_Scans):
             self._install_version(self._version.apply(removed, [(c.output_level, r) for r in readers], opts.max_levels))
             self._stats.compaction_bytes_read += c.input_bytes()
             self._stats.compaction_bytes_written += sum(m.file_size for m in metas)
+            written = [m.number for m in metas]
         if c.level > 0 and c.inputs:
             self._compact_pointers[c.level] = c.inputs[-1].largest
         self._stats.compactions += 1
         self._write_manifest()
+        return written
 
     def _output_number(self, numbers: list[int]) -> int:
         """A file number for a new table, kept from deletion (`_pending_outputs`) and appended to `numbers`.

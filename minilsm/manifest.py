@@ -28,6 +28,7 @@ The layout is in docs/FORMAT.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 from dataclasses import dataclass, field
@@ -126,7 +127,8 @@ class ManifestWriter:
             log.add_record(record, sync=True)
         except BaseException:
             # The file may now end in part of this record; a record appended after it would bury the damage.
-            self.close()
+            with contextlib.suppress(OSError):  # the append's own failure is the one to report
+                self.close()
             raise
         self._placed = set(placed)
         self._pointers = list(state.compact_pointers)
@@ -140,8 +142,11 @@ class ManifestWriter:
         log = self._new_log(fs.open_writable(tmp))
         try:
             self._snapshot_bytes = log.add_record(_encode(_snapshot(state)), sync=True)
-        finally:
-            log.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                log.close()
+            raise
+        log.close()
         fs.rename(tmp, path)
         fs.sync_dir(self._dir)
         self._log = self._new_log(fs.open_appendable(path))

@@ -149,6 +149,19 @@ def _check_manifest(fs: FileSystem, path: str, names: list[str], report: CheckRe
         report.damage(MANIFEST_NAME, _detail(e))
         return None
     if read.dropped_bytes:
+        state = read.state
+        needed = [table_file_name(m.number) for level in state.levels for m in level]
+        needed += [log_file_name(state.log_number)] if state.log_number else []
+        if missing := [name for name in needed if name not in names]:
+            # As at an open: a torn edit was never acted on, so a file the state before it names is missing
+            # only if that edit was whole once, and acted on.  The open refuses the store, so nothing of the
+            # state before it (missing files, tables the next open would delete) is the store's.
+            report.damage(
+                MANIFEST_NAME,
+                f"{', '.join(missing)} missing once the torn last record of {read.dropped_bytes} bytes is "
+                "dropped: an edit the store acted on is damaged",
+            )
+            return None
         report.note(
             MANIFEST_NAME,
             f"torn last record of {read.dropped_bytes} bytes (a crash mid-append; the next open drops it)",

@@ -23,6 +23,7 @@ from storeutil import fast_tmp_dir, small_options
 
 import minilsm
 from minilsm import manifest
+from minilsm.check import check_store
 from minilsm.errors import CorruptionError
 from minilsm.fs import DEFAULT_FS
 from minilsm.manifest import MANIFEST_NAME, ManifestState, ManifestWriter, decode_manifest, read_manifest
@@ -201,6 +202,35 @@ def _record_ends(data: bytes) -> set[int]:
         pos += 16 + length
         ends.add(pos)
     return ends
+
+
+def test_check_blames_the_manifest_as_the_open_does_when_its_torn_last_edit_was_acted_on(tmp_path: Path) -> None:
+    """Was: `minilsm check` called such a tail a harmless crash mid-append that the next open drops, reported
+    the files the edit had made obsolete as missing, and the live tables it had added as crash leftovers that
+    the next open deletes, while that open refuses the store, naming the manifest.  A tail torn by a real
+    crash (an edit never acted on) stays a note."""
+    path = str(tmp_path / "db")
+    _store_with_edits(path)
+    manifest_path = os.path.join(path, MANIFEST_NAME)
+    data = Path(manifest_path).read_bytes()
+    Path(manifest_path).write_bytes(data[:-5])
+    with pytest.raises(CorruptionError) as e:
+        minilsm.DB(path, **small_options())
+    assert os.path.basename(e.value.path or "") == MANIFEST_NAME
+    report = check_store(path)
+    assert [f.file for f in report.findings if f.damage] == [MANIFEST_NAME], report
+    assert not any("next open" in f.message for f in report.findings), report
+
+    torn = str(tmp_path / "torn")
+    fs = FaultFS()
+    db = minilsm.DB(torn, **small_options(fs=fs, memtable_size=1 << 20))
+    db.put(b"k", b"v")
+    fs.arm("write", 1, on=MANIFEST_NAME)
+    with pytest.raises(minilsm.StoreIOError):
+        db.flush()
+    db.close()
+    report = check_store(torn)
+    assert report.ok and any(f.file == MANIFEST_NAME and "torn" in f.message for f in report.findings), report
 
 
 def test_an_edit_cut_short_by_a_failed_write_is_dropped_and_nothing_is_lost(

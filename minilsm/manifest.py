@@ -238,7 +238,8 @@ def decode_manifest(data: bytes, path: str) -> ManifestRead:
         first = records[0]
         if not isinstance(first, dict) or first.get("kind") != "snapshot":
             raise ValueError("the first record is not a snapshot")
-        if first.get("format_version") not in (1, FORMAT_VERSION):
+        # Each format in its own framing: format 1 behind its magic, format 2 as a log.
+        if first.get("format_version") != (1 if data.startswith(_V1_MAGIC) else FORMAT_VERSION):
             raise CorruptionError(f"unknown manifest format version {first.get('format_version')!r}", path)
         state = _state_from_json(first)
         tables = [{m.number: m for m in level} for level in state.levels]
@@ -270,7 +271,7 @@ def manifest_records(data: bytes, path: str) -> tuple[list[Any], int]:
     except (ValueError, RecursionError) as e:  # RecursionError: deep nesting
         raise CorruptionError(f"malformed manifest record: {e!r}", path) from e
     if data.startswith(_V1_MAGIC) and isinstance(records[0], dict):
-        records[0] = {"kind": "snapshot", "format_version": 1, **records[0]}
+        records[0] = {**records[0], "kind": "snapshot", "format_version": 1}
     return records, dropped
 
 

@@ -395,7 +395,9 @@ def format_manifest(records: Sequence[Any], dropped_bytes: int, show_key: ShowKe
     first = records[0]
     lines = [
         f"format {first['format_version']}: a snapshot and {_plural(len(records) - 1, 'edit')}"
-        + (f", then a torn record of {dropped_bytes:,} bytes (an open drops it)" if dropped_bytes else "")
+        # Whether an open may drop it (a crash tore it) or must refuse the store (it was acted on) depends on the
+        # files the state before it names: `minilsm check` says which.
+        + (f", then a torn record of {dropped_bytes:,} bytes" if dropped_bytes else "")
     ]
     for i, record in enumerate(records):
         if i == 0:

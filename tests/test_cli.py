@@ -534,7 +534,7 @@ def test_manifest_shows_the_snapshot_and_each_edit(store: str, capsys: pytest.Ca
     last = 16 + len(json.dumps(records[-1], separators=(",", ":")))
     Path(store, "MANIFEST").write_bytes(data + data[-last:][:30])  # the last record again, cut short
     code, out, _ = run(capsys, "manifest", store)
-    assert code == EXIT_OK and "then a torn record of 30 bytes (an open drops it)" in out.splitlines()[0]
+    assert code == EXIT_OK and out.splitlines()[0].endswith("then a torn record of 30 bytes")
     Path(store, "MANIFEST").write_bytes(data[:20] + bytes([data[20] ^ 1]) + data[21:])
     code, _, err = run(capsys, "manifest", store)
     assert code == EXIT_ERROR and "MANIFEST" in err

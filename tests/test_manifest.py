@@ -272,6 +272,13 @@ def test_a_store_with_a_version_1_manifest_opens_and_is_upgraded(db_path: str) -
     for cut in range(0, len(v1), 7):
         with pytest.raises(CorruptionError):
             decode_manifest(v1[:cut], MANIFEST_NAME)
+    # Each format only in its own framing: a format-1 snapshot as the first record of a log is not a manifest.
+    log = LogWriter(DEFAULT_FS.open_writable(os.path.join(db_path, "framed")), 0)
+    log.add_record(manifest._encode({"kind": "snapshot", "format_version": 1, **snapshot}))
+    log.close()
+    with pytest.raises(CorruptionError, match="unknown manifest format version 1"):
+        decode_manifest(Path(db_path, "framed").read_bytes(), MANIFEST_NAME)
+    os.remove(os.path.join(db_path, "framed"))
     with minilsm.DB(db_path, **small_options()) as db:
         assert [db.get(b"k%03d" % i) for i in range(200)] == [b"v%d" % i for i in range(200)]
     assert not Path(db_path, MANIFEST_NAME).read_bytes().startswith(b"MLSMMANI")

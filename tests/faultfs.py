@@ -13,8 +13,12 @@ file system keeps the model a power cut would apply:
 `crash` rewrites the directory to the durable model: unsynced appends vanish
 (or, with ``torn=True``, a random prefix of them survives, as a torn write
 would leave), files whose creation was never made durable vanish, and unsynced
-renames and removals are undone.  Files the store did not create through this
-object (found in a directory the first time it is used) count as durable.
+renames and removals are undone.  With ``dir_ops=True`` they may not all be:
+a random number of a directory's changes since its last ``sync_dir`` survive,
+in order, as a journaling file system, committing metadata on its own schedule,
+may leave them (a store must not count on an unsynced removal staying undone).
+Files the store did not create through this object (found in a directory the
+first time it is used) count as durable.
 
 `arm` makes the Nth later call of one kind fail with an `OSError` (EIO, ENOSPC,
 ...), once or, with ``sticky=True``, from then on (a full disk).  The kinds are
@@ -32,6 +36,7 @@ import os
 import random
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from minilsm.fs import FileSystem, RandomAccessFile, WritableFile
@@ -51,8 +56,9 @@ class Fault:
 class FaultFS(FileSystem):
     """A fault-injecting, crash-simulating file system over real files (see the module docstring).  Thread-safe."""
 
-    def __init__(self, *, torn: bool = False, seed: int = 0) -> None:
+    def __init__(self, *, torn: bool = False, seed: int = 0, dir_ops: bool = False) -> None:
         self.torn = torn
+        self.dir_ops = dir_ops
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
         self.counts: Counter[str] = Counter()
@@ -64,8 +70,12 @@ class FaultFS(FileSystem):
         self._content: dict[int, bytearray] = {}  # inode -> current bytes (what the page cache holds)
         self._synced: dict[int, bytes] = {}  # inode -> bytes as of its last sync
         self._dirs: dict[str, dict[str, int]] = {}  # directory -> {name: inode} as of its last sync_dir
+        self._dir_changes: dict[str, list[dict[str, int]]] = {}  # directory -> {name: inode} after each change since
         self.generation = 0
         """Incremented by every crash; files opened before one refuse further use."""
+        self.on_call: Callable[[str, str], None] | None = None
+        """Called with each call's kind and path before the call acts or can fail, holding the lock that every
+        change to the model takes: what `copy_durable` copies there is the state just before the call."""
 
     # -- failure injection -----------------------------------------------------------
 
@@ -88,6 +98,8 @@ class FaultFS(FileSystem):
     def _call(self, kind: str, path: str) -> None:
         """Count one call; raise if it is the armed one."""
         with self._lock:
+            if self.on_call is not None:
+                self.on_call(kind, path)
             self.counts[kind] += 1
             armed = self._armed
             if armed is None or armed[0] != kind or (armed[4] and os.path.basename(path) != armed[4]):
@@ -131,9 +143,51 @@ class FaultFS(FileSystem):
         self._content[ino] = bytearray(data)
         return ino
 
+    def _names(self, d: str) -> dict[str, int]:
+        return {os.path.basename(p): ino for p, ino in self._inode.items() if os.path.dirname(p) == d}
+
+    def _dir_changed(self, d: str) -> None:
+        """Note a creation, rename or removal in directory `d` (only needed with `dir_ops`)."""
+        if self.dir_ops:
+            self._dir_changes.setdefault(d, []).append(self._names(d))
+
+    def _durable_names(self, d: str) -> dict[str, int]:
+        """The names a power cut now would leave in directory `d`: as of its last sync_dir, or with `dir_ops`
+        as after a random number of the changes since (in order, as a journaling file system commits them)."""
+        changes = self._dir_changes.get(d)
+        if self.dir_ops and changes:
+            k = self._rng.randint(0, len(changes))
+            if k:
+                return changes[k - 1]
+        return self._dirs.get(d, {})
+
     def _sync_file(self, ino: int) -> None:
         with self._lock:
             self._synced[ino] = bytes(self._content[ino])
+
+    def _durable_bytes(self, ino: int) -> bytes:
+        """What a power cut now would leave of inode `ino`: its bytes as of its last sync, and with `torn` a
+        random prefix of the appends since (the store only appends, so those extend the synced bytes)."""
+        synced = self._synced.get(ino, b"")
+        now = self._content[ino]
+        if self.torn and len(now) > len(synced) and now.startswith(synced):
+            return bytes(now[: self._rng.randint(len(synced), len(now))])
+        return synced
+
+    def _write_durable(self, durable: dict[str, int], dst: str) -> int:
+        """Write each of the `durable` names (name -> inode) into directory `dst` with its durable bytes.
+
+        Returns how many unsynced bytes were left out.
+        """
+        dropped = 0
+        if durable:
+            os.makedirs(dst, exist_ok=True)
+        for name, ino in durable.items():
+            data = self._durable_bytes(ino)
+            dropped += max(0, len(self._content[ino]) - len(data))
+            with open(os.path.join(dst, name), "wb") as f:
+                f.write(data)
+        return dropped
 
     def crash(self) -> dict[str, int]:
         """Reduce every tracked directory to its durable state, as a power cut would; disarm.
@@ -145,32 +199,36 @@ class FaultFS(FileSystem):
         with self._lock:
             self._armed = None
             lost = Counter[str]()
-            for d, durable in self._dirs.items():
-                current = {os.path.basename(p): ino for p, ino in self._inode.items() if os.path.dirname(p) == d}
+            for d in self._dirs:
+                durable = self._durable_names(d)
+                current = self._names(d)
                 for name in current:
                     if name not in durable:
                         os.remove(os.path.join(d, name))
                         lost["files_vanished"] += 1
                 for name, ino in durable.items():
-                    synced = self._synced.get(ino, b"")
-                    data = synced
-                    now = bytes(self._content[ino])
-                    if self.torn and len(now) > len(synced) and now.startswith(synced):
-                        data = now[: self._rng.randint(len(synced), len(now))]
-                    lost["bytes_dropped"] += max(0, len(now) - len(data))
                     if current.get(name) != ino:
                         lost["names_reverted"] += 1
-                    if not os.path.isdir(d):
-                        os.makedirs(d)
-                    with open(os.path.join(d, name), "wb") as f:
-                        f.write(data)
+                lost["bytes_dropped"] += self._write_durable(durable, d)
             # Start over: what is on disk now is, by definition, durable.
             self.generation += 1
             self._inode.clear()
             self._content.clear()
             self._synced.clear()
             self._dirs.clear()
+            self._dir_changes.clear()
             return dict(lost)
+
+    def copy_durable(self, d: str, dst: str) -> None:
+        """Write into a new directory `dst` what a power cut now would leave of directory `d` (as `crash` would,
+        torn or not), while `d` and the model stay as they are and the store using them runs on.
+
+        A copy taken at every call (`on_call`) tests a power cut at every moment of one run.  `dst` holds no
+        file if `d` has no durable name yet (never used, or not yet synced).
+        """
+        with self._lock:
+            os.makedirs(dst)
+            self._write_durable(self._durable_names(os.path.normpath(d)), dst)
 
     def unsynced_files(self) -> list[str]:
         """Paths whose content or directory entry would change in a crash now (for tests of this class)."""
@@ -198,6 +256,7 @@ class FaultFS(FileSystem):
             ino = self._inode.get(path)
             if ino is None:
                 ino = self._new_inode(path)
+                self._dir_changed(os.path.dirname(path))
             elif truncate:
                 del self._content[ino][:]  # same inode; until a sync, the old bytes stay durable
             return _FaultWritableFile(self, path, fd, ino, self.generation)
@@ -224,6 +283,8 @@ class FaultFS(FileSystem):
                 with open(dst, "rb") as f:
                     ino = self._new_inode(dst, f.read())
             self._inode[dst] = ino
+            for d in {os.path.dirname(src), os.path.dirname(dst)}:
+                self._dir_changed(d)
 
     def remove(self, path: str) -> None:
         with self._lock:
@@ -231,13 +292,15 @@ class FaultFS(FileSystem):
             self._call("remove", path)
             os.remove(path)
             self._inode.pop(path, None)
+            self._dir_changed(os.path.dirname(path))
 
     def sync_dir(self, path: str) -> None:
         with self._lock:
             d = os.path.normpath(path)
             self._adopt(d)
             self._call("sync_dir", d)
-            self._dirs[d] = {os.path.basename(p): ino for p, ino in self._inode.items() if os.path.dirname(p) == d}
+            self._dirs[d] = self._names(d)
+            self._dir_changes.pop(d, None)
 
 
 class _FaultWritableFile:

@@ -1,8 +1,8 @@
 """Fault injection: fail every file-system call of a workload in turn, crash, reopen, and check nothing is lost.
 
 As LevelDB's fault_injection_test and RocksDB's FaultInjectionTestFS: the
-workload (puts, deletes, batches, reads, flushes, compactions, a clean reopen)
-runs over `FaultFS` with the Nth call of one kind failing, for every N the
+workload of tests/faultworkload.py (puts, deletes, batches, reads, flushes,
+compactions, a clean reopen) runs over `FaultFS` with the Nth call of one kind failing, for every N the
 workload reaches.  Then:
 
 * the failing call, and every later write, raise a minilsm error
@@ -27,204 +27,19 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 from faultfs import KINDS, FaultFS
+from faultworkload import Op, Run, check_recovered, drive, workload
 from storeutil import check_invariants, crash, fast_tmp_dir, small_options
 
 import minilsm
-from minilsm.errors import ClosedError, ReadOnlyError, StoreIOError
+from minilsm.errors import ReadOnlyError, StoreIOError
 from minilsm.fs import WritableFile
 from minilsm.memtable import MemTable
 
-# -- the workload --------------------------------------------------------------------
-
-Op = tuple  # ("put", key, value, sync) | ("delete", key, sync) | ("batch", ops, sync) | ("get", key) | ...
-WRITES = ("put", "delete", "batch")
-KEYS = [b"key%03d" % i for i in range(40)]
-
-
-def workload(seed: int, n: int, sync: str) -> list[Op]:
-    """`n` operations; `sync` is "all", "none" or "mixed" (which writes pass sync=True)."""
-    rng = random.Random(seed)
-    ops: list[Op] = []
-    for i in range(n):
-        s = sync == "all" or (sync == "mixed" and rng.random() < 0.2)
-        r = rng.random()
-        key = rng.choice(KEYS)
-        value = b"v%d." % i + bytes([rng.randrange(256)]) * rng.randrange(8, 160)
-        if r < 0.55:
-            ops.append(("put", key, value, s))
-        elif r < 0.65:
-            ops.append(("delete", key, s))
-        elif r < 0.75:
-            batch = [(rng.random() < 0.8, rng.choice(KEYS), b"b%d.%d" % (i, j) * 6) for j in range(rng.randrange(1, 6))]
-            ops.append(("batch", batch, s))
-        elif r < 0.88:
-            ops.append(("get", key))
-        elif r < 0.92:
-            ops.append(("scan",))
-        elif r < 0.95:
-            ops.append(("flush",))
-        elif r < 0.97:
-            ops.append(("compact",))
-        else:
-            ops.append(("snapshot",))
-    ops.insert(n // 2, ("reopen",))  # a clean close and a recovery, in the middle
-    return ops
-
-
-def apply(model: dict[bytes, bytes], op: Op) -> None:
-    if op[0] == "put":
-        model[op[1]] = op[2]
-    elif op[0] == "delete":
-        model.pop(op[1], None)
-    elif op[0] == "batch":
-        for is_put, k, v in op[1]:
-            if is_put:
-                model[k] = v
-            else:
-                model.pop(k, None)
-
-
-def model_of(ops: list[Op], indexes: list[int]) -> dict[bytes, bytes]:
-    model: dict[bytes, bytes] = {}
-    for i in indexes:
-        apply(model, ops[i])
-    return model
-
-
-# -- running it ----------------------------------------------------------------------
-
-MINILSM_ERRORS = (StoreIOError, ReadOnlyError)
-
-
-@dataclass
-class Run:
-    acked: list[int] = field(default_factory=list)
-    """Indexes of the write ops that took effect, in order: those acknowledged, and a failed one that a
-    reopen in the middle of the run found on disk."""
-    failed_write: int | None = None
-    """The first write op that raised since the last open: it may or may not have reached the disk."""
-    floor: int = 0
-    """How many of `acked` must survive a crash: up to the last sync=True write, flush or recovery."""
-    errors: list[tuple[int, BaseException]] = field(default_factory=list)
-    db: minilsm.DB | None = None
-
-
-def options(fs: FaultFS, background: bool) -> dict[str, object]:
-    return small_options(fs=fs, background=background)
-
-
-def short(errors: list[tuple[int, BaseException]]) -> str:
-    return "; ".join(f"op {i}: {type(e).__name__}: {str(e)[-120:]}" for i, e in errors[:3])
-
-
-def drive(path: str, fs: FaultFS, ops: list[Op], background: bool = False) -> Run:
-    """Run `ops`, checking every outcome; the store is left open (or None if an open failed) in ``run.db``."""
-    run = Run()
-    model: dict[bytes, bytes] = {}
-    snapshots: list[tuple[minilsm.Snapshot, dict[bytes, bytes]]] = []
-    read_only = False
-    try:
-        db: minilsm.DB | None = minilsm.DB(path, **options(fs, background))
-    except StoreIOError as e:
-        run.errors.append((-1, e))
-        return run
-    for i, op in enumerate(ops):
-        assert db is not None
-        kind = op[0]
-        try:
-            if kind == "put":
-                db.put(op[1], op[2], sync=op[3])
-            elif kind == "delete":
-                db.delete(op[1], sync=op[2])
-            elif kind == "batch":
-                with db.write_batch(sync=op[2]) as wb:
-                    for is_put, k, v in op[1]:
-                        if is_put:
-                            wb.put(k, v)
-                        else:
-                            wb.delete(k)
-            elif kind == "get":
-                assert db.get(op[1]) == model.get(op[1]), (i, op)
-            elif kind == "scan":
-                assert dict(db.iterator()) == model, i
-            elif kind == "snapshot":
-                for snap, view in snapshots:
-                    assert dict(snap.iterator()) == view
-                snapshots.append((db.snapshot(), dict(model)))
-            elif kind == "flush":
-                db.flush()
-                run.floor = len(run.acked)
-            elif kind == "compact":
-                db.compact_range()
-                run.floor = len(run.acked)  # compact_range flushes first
-            elif kind == "reopen":
-                snapshots.clear()
-                db.close()
-                db = None
-                db = minilsm.DB(path, **options(fs, background))
-                read_only = False
-                if run.failed_write is not None:
-                    # The failed write may have reached the log, and recovery replayed it: both are allowed.
-                    state = dict(db.iterator())
-                    if state != model:
-                        apply(model, ops[run.failed_write])
-                        assert state == model, f"op {i}: recovery found neither model ({short(run.errors)})"
-                        run.acked.append(run.failed_write)
-                    run.failed_write = None
-                run.floor = len(run.acked)  # recovery wrote everything replayed to a synced table
-        except MINILSM_ERRORS as e:
-            run.errors.append((i, e))
-            if kind in WRITES:
-                if read_only:
-                    assert isinstance(e, ReadOnlyError), f"op {i} {kind}: {e!r} after the store went read-only"
-                elif run.failed_write is None:
-                    run.failed_write = i
-            if kind in WRITES or kind in ("flush", "compact") or isinstance(e, ReadOnlyError):
-                read_only = True
-            if kind == "reopen":
-                break  # the failed open left no store behind
-            continue
-        except ClosedError as e:
-            pytest.fail(f"op {i} {kind}: unexpected {e!r}")
-        if kind in WRITES:
-            assert not read_only, f"op {i}: a write succeeded on a read-only store ({short(run.errors)})"
-            run.acked.append(i)
-            apply(model, op)
-            if op[-1]:
-                run.floor = len(run.acked)
-    run.db = db
-    return run
-
-
-def check_recovered(path: str, ops: list[Op], run: Run, label: str) -> dict[bytes, bytes]:
-    """Reopen after the crash; the state must be the acknowledged writes (or a prefix allowed by `run.floor`)."""
-    with minilsm.DB(path, **small_options(fs=FaultFS())) as db:  # FaultFS: no real fsync, so fast
-        state = dict(db.iterator())
-        for k in KEYS:
-            assert db.get(k) == state.get(k), f"{label}: get and scan disagree on {k!r}"
-        check_invariants(db)
-    model: dict[bytes, bytes] = {}
-    for n in range(len(run.acked) + 1):
-        if n:
-            apply(model, ops[run.acked[n - 1]])
-        if n >= run.floor and state == model:
-            return state
-    if run.failed_write is not None:
-        apply(model, ops[run.failed_write])
-        if state == model:
-            return state
-    full = model_of(ops, run.acked)
-    lost = sorted(k for k in full if state.get(k) != full[k])[:5]
-    extra = sorted(k for k in state if k not in full)[:5]
-    pytest.fail(
-        f"{label}: recovered state is no allowed prefix of the {len(run.acked)} acknowledged writes "
-        f"(floor {run.floor}, failed write {run.failed_write}); differing keys e.g. {lost}, unexpected {extra}; "
-        f"errors: {short(run.errors)}"
-    )
+# The workload, `drive` and the model of what must survive live in faultworkload.py (shared with
+# test_power_cut_sweep.py).
 
 
 def crash_and_check(path: str, fs: FaultFS, ops: list[Op], run: Run, label: str) -> None:
@@ -307,6 +122,46 @@ def test_faultfs_torn_crash_keeps_a_prefix_of_unsynced_appends(tmp_path: object)
         assert b"abcdefghij".startswith(data) and len(data) >= 3
         sizes.add(len(data))
     assert len(sizes) > 3
+
+
+def test_faultfs_with_dir_ops_a_crash_keeps_a_prefix_of_the_unsynced_directory_changes(tmp_path: object) -> None:
+    d = str(tmp_path)
+    kept = set()
+    for seed in range(30):
+        shutil.rmtree(d)
+        os.makedirs(d)
+        fs = FaultFS(seed=seed, dir_ops=True)
+        for name in ("a", "b"):
+            f = fs.open_writable(f"{d}/{name}")
+            f.append(name.encode())
+            f.sync()
+            f.close()
+        fs.sync_dir(d)
+        fs.remove(f"{d}/a")  # then three changes, none made durable by a sync_dir
+        fs.rename(f"{d}/b", f"{d}/c")
+        fs.open_writable(f"{d}/e").append(b"unsynced")
+        fs.crash()
+        kept.add(tuple(sorted(os.listdir(d))))
+        assert all(read(f"{d}/{n}") == {"a": b"a", "b": b"b", "c": b"b", "e": b""}[n] for n in os.listdir(d))
+    assert kept == {("a", "b"), ("b",), ("c",), ("c", "e")}
+
+
+def test_faultfs_copy_durable_leaves_what_a_crash_would_and_changes_nothing(tmp_path: object) -> None:
+    d, copy = f"{tmp_path}/db", f"{tmp_path}/copy"
+    os.makedirs(d)
+    fs = FaultFS()
+    a = fs.open_writable(f"{d}/a")
+    a.append(b"synced")
+    a.sync()
+    fs.sync_dir(d)
+    a.append(b"+unsynced")
+    fs.open_writable(f"{d}/b").append(b"b")
+    fs.copy_durable(d, copy)
+    assert os.listdir(copy) == ["a"] and read(f"{copy}/a") == b"synced"
+    assert sorted(os.listdir(d)) == ["a", "b"] and read(f"{d}/a") == b"synced+unsynced"
+    a.append(b"!")  # the store goes on
+    fs.crash()
+    assert os.listdir(d) == ["a"] and read(f"{d}/a") == b"synced"
 
 
 # -- the sweeps ----------------------------------------------------------------------

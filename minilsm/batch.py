@@ -53,6 +53,12 @@ BATCH_HEADER_SIZE: Final = _HEAD.size
 OP_HEADER_SIZE: Final = _OP.size
 """Bytes in front of each op's key and value: kind u8, key_len u32, value_len u32 (9)."""
 
+# Why a bound batch is closed, as its ClosedError says: a batch its block discarded must not be reported
+# written, nor one whose write raised (the store was closed, say) without saying that the write raised.
+_WRITTEN: Final = "was already written"
+_FAILED: Final = "was spent by a write that raised (a batch is written at most once)"
+_DISCARDED: Final = "was discarded: its with-block raised, and nothing of it was written"
+
 
 def encode_batch(seq: int, ops: Sequence[Op]) -> bytes:
     """The payload of a batch whose first op gets sequence number `seq`.  O(total size).
@@ -258,7 +264,7 @@ class WriteBatch:
     O(1) otherwise; `len`, `approximate_size` O(1).
     """
 
-    __slots__ = ("_claims", "_closed", "_ops", "_owner", "_size", "_sync", "_writer")
+    __slots__ = ("_claims", "_closed", "_ops", "_owner", "_size", "_spent", "_sync", "_writer")
 
     def __init__(
         self,
@@ -273,12 +279,13 @@ class WriteBatch:
         self._sync = _sync  # a bound batch's `sync=` from ``db.write_batch``: how it is written unless told otherwise
         self._owner = _owner  # the store a bound batch belongs to
         self._closed = False
+        self._spent = _WRITTEN  # why a closed batch is closed, set before `_closed`: its ClosedError says so
         self._claims = itertools.count()  # a bound batch's writes, counted atomically (see `_apply`)
 
     def put(self, key: BytesLike, value: BytesLike) -> None:
         """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized."""
         if self._closed:
-            raise ClosedError("write batch was already written")
+            raise self._closed_error()
         key = check_key(key)
         value = check_value(value)
         self._add(KIND_VALUE, key, value)
@@ -286,7 +293,7 @@ class WriteBatch:
     def delete(self, key: BytesLike) -> None:
         """Remove `key` (a no-op on the data if it is absent, but still an op with a sequence number)."""
         if self._closed:
-            raise ClosedError("write batch was already written")
+            raise self._closed_error()
         self._add(KIND_DELETE, check_key(key), b"")
 
     def _add(self, kind: int, key: bytes, value: bytes) -> None:
@@ -299,7 +306,7 @@ class WriteBatch:
     def clear(self) -> None:
         """Drop every op, to reuse the batch."""
         if self._closed:
-            raise ClosedError("write batch was already written")
+            raise self._closed_error()
         self._ops.clear()
         self._size = BATCH_HEADER_SIZE
 
@@ -340,24 +347,31 @@ class WriteBatch:
         values back over newer writes.
         """
         if self._closed:
-            raise ClosedError("write batch was already written")
+            raise self._closed_error()
         if self._writer is None:
             apply(self)
             return
         # The test above and the flag set below are apart: two threads writing the batch at once would both
         # pass the test.  One C call hands out the write: only the first caller gets 0.
         if next(self._claims):
-            raise ClosedError("write batch was already written")
+            raise self._closed_error()
+        written = False
         try:
             apply(self)
+            written = True
         finally:
             # Written or failed, the batch is spent: "exactly once" is simpler
             # to reason about than a retry that might apply it twice.
+            if not written:
+                self._spent = _FAILED
             self._closed = True
+
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"write batch {self._spent}")
 
     def __enter__(self) -> WriteBatch:
         if self._closed:
-            raise ClosedError("write batch was already written")
+            raise self._closed_error()
         if self._writer is None:
             raise ValueError("this WriteBatch is not bound to a store; use `with db.write_batch() as batch:`")
         return self
@@ -372,6 +386,7 @@ class WriteBatch:
         else:
             self._ops.clear()
             self._size = BATCH_HEADER_SIZE
+            self._spent = _DISCARDED
             self._closed = True
 
     def __repr__(self) -> str:

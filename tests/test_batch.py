@@ -139,20 +139,24 @@ def test_bound_batch_writes_once_on_clean_exit() -> None:
     assert written == [[(KIND_VALUE, b"k", b"v"), (KIND_DELETE, b"gone", b"")]]
     assert b.closed
     for use in (lambda: b.put(b"x", b"y"), lambda: b.delete(b"x"), b.clear, b.write, b.__enter__):
-        with pytest.raises(ClosedError):
+        with pytest.raises(ClosedError, match="already written"):
             use()
     assert len(written) == 1
     assert list(b) == written[0]  # still readable
 
 
 def test_bound_batch_is_discarded_when_the_block_raises() -> None:
+    """Its ClosedError says so.  Was: "write batch was already written", which told a program that caught the
+    block's error and tried the batch again that its writes had landed, when nothing had."""
     written: list[WriteBatch] = []
     with pytest.raises(KeyError), WriteBatch(_writer=written.append) as b:
         b.put(b"k", b"v")
         raise KeyError("boom")
     assert written == [] and b.closed and len(b) == 0
-    with pytest.raises(ClosedError):
-        b.write()
+    for use in (lambda: b.put(b"k", b"v"), b.write, b.__enter__):
+        with pytest.raises(ClosedError, match="discarded") as raised:
+            use()
+        assert "already written" not in str(raised.value)
 
 
 def test_a_write_inside_the_block_is_not_repeated_at_its_end() -> None:
@@ -181,7 +185,7 @@ def test_failed_writer_closes_the_batch() -> None:
     with pytest.raises(OSError):
         b.write()
     assert b.closed
-    with pytest.raises(ClosedError):
+    with pytest.raises(ClosedError, match="spent by a write that raised"):  # not "already written": it raised
         b.write()
 
 

@@ -321,12 +321,19 @@ def _pick_tiered(version: Version, options: Options) -> Compaction | None:
 
 
 def manual_compaction(
-    version: Version, smallest: bytes | None, largest: bytes | None, options: Options, fresh: Collection[int]
+    version: Version,
+    smallest: bytes | None,
+    largest: bytes | None,
+    options: Options,
+    fresh: Collection[int],
+    from_level: int = 0,
 ) -> Compaction | None:
     """The next step of `compact_range`: push the data in [smallest, largest] down one level.
 
-    Leveled: called until it returns None; each step empties the range out of the
-    shallowest level above the deepest level holding data, so the loop ends.
+    Leveled: the range's tables in the shallowest level from `from_level` on that holds any, above the
+    deepest level holding data.  The caller goes on from each step's output level, so the call ends
+    after at most one step per level, as LevelDB's CompactRange, however many flushes land in the range
+    meanwhile (starting again from level 0 each time, it could chase them for as long as writers write).
     Tiered: one step merges every run into one (runs must stay age-adjacent, so a
     key range cannot be merged alone), dropping every tombstone no snapshot needs.
     Tables of deeper levels (a store made leveled, reopened tiered; tiered merges
@@ -351,7 +358,7 @@ def manual_compaction(
         # nothing older than the output remains anywhere.
         return Compaction(0, 0, tables, [], "manual compaction", split_output=False, drops_all_tombstones=True)
     bottom = max(1, version.bottom_level_with_data())
-    for level in range(bottom):
+    for level in range(from_level, bottom):
         if level == 0:
             if version.overlapping(0, smallest, largest):
                 return level0_compaction(version, "manual compaction")

@@ -986,7 +986,9 @@ class DB(_Scans):
         """Compact the keys in [start, stop] (None: unbounded) down to the bottom level.
 
         Flushes the memtable first, so that afterwards the range is fully merged and
-        holds no shadowed version or tombstone that no snapshot needs.
+        holds no shadowed version or tombstone that no snapshot needs.  Each level is
+        merged down once, top to bottom, as in LevelDB: writes that other threads
+        make during the call may stay above, so the call ends however long they go on.
         """
         start = None if start is None else check_key(start)
         stop = None if stop is None else check_key(stop)
@@ -1000,13 +1002,15 @@ class DB(_Scans):
                 merged_under: set[int] = set()  # the snapshots live when one of the merges began
                 # Tiered: the run an earlier call wrote holds nothing more to drop while its snapshots live.
                 earlier = self._still_fresh(*self._range_compacted)
+                level = 0  # the next level to merge down: each once, so that flushes meanwhile cannot keep it going
                 while True:
                     self._check_writable()
-                    c = compaction.manual_compaction(self._version, start, stop, self.options, earlier)
+                    c = compaction.manual_compaction(self._version, start, stop, self.options, earlier, level)
                     if c is None:
                         break
                     merged_under.update(self._snapshots.values())  # those the merge keeps versions for
                     written.update(self._run_compaction(c, manual=True))
+                    level = c.output_level
                     del c
                     self._delete_obsolete_files()
                     if self.options.compaction_style == "tiered":

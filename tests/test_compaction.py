@@ -727,3 +727,47 @@ def test_a_snapshot_released_during_compact_range_lets_its_versions_go_too(db_pa
             snap.get(b"key00001")  # released after the last merge, as arranged
         assert sum(t.meta.num_entries for _, t in db.version.tables()) == 1500  # one version a key
         assert dict(db.iterator()) == {b"key%05d" % i: b"new" for i in range(1500)}
+
+
+def test_compact_range_ends_however_many_flushes_land_in_its_range_meanwhile(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: compact_range looked for the next step from level 0 again after each merge, so the flushes that
+    writers in other threads land in its range meanwhile could keep it going for as long as they write (the
+    thread-stress test saw a call pass 30 s).  Now, as LevelDB's CompactRange, each level is merged down once,
+    top to bottom: what was written before the call ends at the bottom, what lands during it may stay above.
+
+    Here every merge is followed, before the call looks for its next step, by a level-0 table with a write in
+    the range, as a background flush would install it."""
+    from minilsm.db import DB
+    from minilsm.keys import KIND_VALUE
+    from minilsm.memtable import MemTable
+
+    db = minilsm.DB(db_path, **small_options())
+    data = {b"key%03d" % i: b"value %d" % i for i in range(300)}
+    for k, v in data.items():
+        db.put(k, v)
+    run_compaction = DB._run_compaction
+    merges: list[int] = []
+
+    def merge_then_a_flush_lands(self: DB, c: minilsm.compaction.Compaction, manual: bool) -> list[int]:
+        out = run_compaction(self, c, manual)
+        if manual and c.output_level != c.level:  # compact_range's merge down, not a bottom rewrite
+            merges.append(c.level)
+            if len(merges) < 50:
+                key, seq = b"key%03d" % (len(merges) * 5), self._last_seq + 1
+                mem = MemTable()
+                mem.add(key, seq, KIND_VALUE, b"late %d" % len(merges))
+                self._last_seq = seq
+                self._write_level0_table(mem)
+                data[key] = b"late %d" % len(merges)
+        return out
+
+    monkeypatch.setattr(DB, "_run_compaction", merge_then_a_flush_lands)
+    db.compact_range(b"key000", b"key299")
+    monkeypatch.undo()
+    assert merges == sorted(set(merges)) and len(merges) < db.options.max_levels, merges
+    assert dict(db.iterator()) == data
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert dict(db.iterator()) == data

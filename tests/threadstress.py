@@ -29,6 +29,7 @@ checks the store reopened.  What each thread may see is known exactly:
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import os
 import random
@@ -595,11 +596,13 @@ def _run(
         ct.start()
         ct.join(30)
         if ct.is_alive():
+            faulthandler.dump_traceback(all_threads=True)  # where each thread is stuck, in the failure's report
             raise StressError("close() hangs")
     deadline = time.monotonic() + 30
     while not closed.is_set() and not stop.is_set() and time.monotonic() < deadline:
         time.sleep(0.001)
     if not closed.is_set() and not errors:
+        faulthandler.dump_traceback(all_threads=True)
         raise StressError(f"close() from {close_from} never returned")
     if errors:
         stop.set()

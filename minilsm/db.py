@@ -208,7 +208,8 @@ class DB(_Scans):
     b'v'
 
     Options come as an `Options` object, keyword arguments, or both (keywords win).
-    Keys and values are `bytes`; the empty key is valid.  A `DB` is safe to share
+    Keys and values are `bytes` (`bytearray` and `memoryview` are taken too, and
+    come back as `bytes`); the empty key is valid.  A `DB` is safe to share
     between threads.  Only one `DB` may have a directory open at a time, across
     processes too (`LockError`).  In a child process forked while the store was
     open, the store is closed (`ClosedError`): it stays the parent's.

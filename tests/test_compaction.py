@@ -304,6 +304,59 @@ def test_a_tiered_compact_range_rewrites_a_run_kept_for_held_snapshots_only_once
         assert dict(db.iterator()) == {b"k%02d" % i: b"v2" for i in range(5, 20)}
 
 
+@pytest.mark.parametrize("during", ["nothing", "a snapshot taken", "a snapshot released"])
+def test_a_leveled_compact_range_rewrites_its_own_outputs_only_once_a_snapshot_they_kept_for_is_released(
+    during: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bottom-level rewrites at the end of a leveled compact_range leave out the tables its merges wrote while
+    every snapshot those merges kept versions for still lives.  Was: any change in the set of snapshots during the
+    call rewrote them, a snapshot taken meanwhile too, though it is newer than every version they hold.
+
+    A snapshot taken or released between the call's first and second merge, as another thread would (set here
+    in the store's table of snapshots: the call holds the mutex that `snapshot()` takes)."""
+    from minilsm.db import DB
+
+    def run(during: str) -> tuple[int, dict[bytes, bytes], list[int], int]:
+        with fast_tmp_dir() as d, minilsm.DB(os.path.join(d, "db"), **small_options(memtable_size=1 << 20)) as db:
+            for r in range(3):
+                for i in range(0, 200, 1 + r):
+                    db.put(b"k%03d" % i, b"v%d-%d" % (r, i) * 4)
+                if r == 0:
+                    old = db.snapshot()  # the first round's versions stay for it
+            db.flush()
+            db.compact_range(b"k000", b"k099")  # a bottom level to merge into
+            run_compaction = DB._run_compaction
+            merges: list[int] = []
+
+            def step(self: DB, c: minilsm.compaction.Compaction, manual: bool) -> list[int]:
+                out = run_compaction(self, c, manual)
+                merges.append(c.level)
+                if len(merges) == 1 and during == "a snapshot taken":
+                    self._snapshots[-1] = self._last_seq
+                elif len(merges) == 1 and during == "a snapshot released":
+                    del self._snapshots[old._sid]
+                return out
+
+            for i in range(0, 200, 7):
+                db.put(b"k%03d" % i, b"late")
+            db.flush()
+            monkeypatch.setattr(DB, "_run_compaction", step)
+            before = db.stats().compaction_bytes_written
+            db.compact_range()
+            monkeypatch.undo()
+            entries = sum(t.entries for t in db.tables())
+            return db.stats().compaction_bytes_written - before, dict(db.iterator()), merges, entries
+
+    quiet, data, merges, kept = run("nothing")
+    assert len(merges) >= 2 and kept > len(data), (merges, kept)  # versions kept for the snapshot
+    written, same, _, entries = run(during)
+    assert same == data
+    if during == "a snapshot released":
+        assert entries == len(data)  # the versions only it saw went, from the first merge's outputs too
+    else:
+        assert (written, entries) == (quiet, kept)  # a newer snapshot needs nothing more rewritten
+
+
 def test_write_amplification_is_accounted(db_path: str) -> None:
     with minilsm.DB(db_path, **small_options()) as db:
         for i in range(3000):

@@ -459,9 +459,17 @@ def test_closed_store_raises_clear_errors(db_path: str) -> None:
         # Was: an empty batch returned quietly, where any other raised.
         lambda: db.write(minilsm.WriteBatch()),
         lambda: db.write(one_put),
+        lambda: db.compact_range(),
+        lambda: db.explain(b"k"),
+        lambda: db.may_contain(b"k"),
+        lambda: b"k" in db,
+        lambda: db.stats(measure_space=True),  # reads the tables
     ):
         with pytest.raises(minilsm.ClosedError):
             call()
+    # What the store keeps in memory still answers, as the README says, for a report on a closed store.
+    assert db.stats().user_bytes_written == 2 and db.tables() == [] and db.last_sequence == 1
+    db.wait_for_compactions()  # returns at once
     with minilsm.DB(db_path) as db2:
         assert db2.get(b"k") == b"v"
 

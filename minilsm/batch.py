@@ -355,15 +355,14 @@ class WriteBatch:
         # pass the test.  One C call hands out the write: only the first caller gets 0.
         if next(self._claims):
             raise self._closed_error()
-        written = False
         try:
             apply(self)
-            written = True
+        except BaseException:
+            self._spent = _FAILED
+            raise
         finally:
             # Written or failed, the batch is spent: "exactly once" is simpler
             # to reason about than a retry that might apply it twice.
-            if not written:
-                self._spent = _FAILED
             self._closed = True
 
     def _closed_error(self) -> ClosedError:

@@ -37,7 +37,7 @@ from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
 from minilsm.errors import Error, NotFoundError
 from minilsm.fs import DEFAULT_FS
 from minilsm.keys import check_key, check_value
-from minilsm.manifest import MANIFEST_NAME, decode_manifest, manifest_records
+from minilsm.manifest import MANIFEST_NAME, manifest_records, replay_manifest
 from minilsm.options import Options
 from minilsm.report import ShowKey, clip, dump_table, format_manifest, format_stats, format_tables, show_bytes, size
 
@@ -252,9 +252,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     # Read as a file, without opening the store: an open would start a new manifest, without the edits.
     path = os.path.join(args.path, MANIFEST_NAME)
-    data = DEFAULT_FS.read_file(path)
-    decode_manifest(data, path)  # damage is an error here, as at an open
-    records, dropped = manifest_records(data, path)
+    records, dropped = manifest_records(DEFAULT_FS.read_file(path), path)
+    replay_manifest(records, path)  # damage is an error here, as at an open
     if args.json:
         _print_json({"records": records, "torn_bytes": dropped})
     else:

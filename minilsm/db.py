@@ -336,12 +336,10 @@ class DB(_Scans):
         fs, path = self._fs, self.path
         manifest_path = f"{path}/{MANIFEST_NAME}"
         self._manifest = ManifestWriter(fs, path)
-        if exists:
-            read = read_manifest(fs, path)
-            state = read.state
-        else:
-            read = ManifestRead(ManifestState(levels=[[] for _ in range(self.options.max_levels)]))
-            state = read.state
+        empty = ManifestState(levels=[[] for _ in range(self.options.max_levels)])
+        read = read_manifest(fs, path) if exists else ManifestRead(empty)
+        state = read.state
+        if not exists:
             if any(self._list_files()):
                 raise CorruptionError("table or log files present but no MANIFEST", manifest_path)
             # A new store's manifest comes before any other file of it: a crash while

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -234,32 +235,17 @@ def decode_manifest(data: bytes, path: str) -> ManifestRead:
     O(len(data)): the snapshot, then each edit in turn.
     """
     records, dropped = manifest_records(data, path)
-    try:
-        first = records[0]
-        if not isinstance(first, dict) or first.get("kind") != "snapshot":
-            raise ValueError("the first record is not a snapshot")
-        # Each format in its own framing: format 1 behind its magic, format 2 as a log.
-        if first.get("format_version") != (1 if data.startswith(_V1_MAGIC) else FORMAT_VERSION):
-            raise CorruptionError(f"unknown manifest format version {first.get('format_version')!r}", path)
-        state = _state_from_json(first)
-        tables = [{m.number: m for m in level} for level in state.levels]
-        for i, record in enumerate(records[1:], start=1):
-            _apply_edit(record, state, tables, i)
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-        # The checksums matched, so a writer made these records as they are: a different or broken
-        # one, still a corruption from the reader's point of view.
-        raise CorruptionError(f"malformed manifest record: {e!r}", path) from e
-    state.levels = [list(level.values()) for level in tables]
-    return ManifestRead(state, len(records) - 1, dropped)
+    return ManifestRead(replay_manifest(records, path), len(records) - 1, dropped)
 
 
 def manifest_records(data: bytes, path: str) -> tuple[list[Any], int]:
     """A manifest file's records as parsed JSON, and the bytes of a torn last record (not parsed).
 
-    Checks the framing and the JSON, not what the records say (`decode_manifest` does).  A format-1
+    Checks the framing and the JSON, not what the records say (`replay_manifest` does).  A format-1
     file's body comes back as one snapshot record.  O(len(data)).
     """
-    if data.startswith(_V1_MAGIC):
+    v1 = data.startswith(_V1_MAGIC)
+    if v1:
         payloads, dropped = [_v1_body(data, path)], 0
     else:
         result = read_log(data, path, paranoid=True, max_record_size=MAX_RECORD_SIZE)
@@ -270,17 +256,42 @@ def manifest_records(data: bytes, path: str) -> tuple[list[Any], int]:
         records = [json.loads(payload) for payload in payloads]
     except (ValueError, RecursionError) as e:  # RecursionError: deep nesting
         raise CorruptionError(f"malformed manifest record: {e!r}", path) from e
-    if data.startswith(_V1_MAGIC) and isinstance(records[0], dict):
-        records[0] = {**records[0], "kind": "snapshot", "format_version": 1}
+    first = records[0]
+    if isinstance(first, dict):
+        # Each format in its own framing: format 1 behind its magic, format 2 as a log.
+        if v1:
+            records[0] = {**first, "kind": "snapshot", "format_version": 1}
+        elif first.get("kind") == "snapshot" and first.get("format_version") != FORMAT_VERSION:
+            raise CorruptionError(f"unknown manifest format version {first.get('format_version')!r}", path)
     return records, dropped
+
+
+def replay_manifest(records: Sequence[Any], path: str) -> ManifestState:
+    """The state `records` (from `manifest_records`) describe: the snapshot with each edit applied in turn.
+
+    A record that does not fit (an edit removing a table its level does not hold, a missing field) raises
+    `CorruptionError` naming `path`.  O(records and the tables they name).
+    """
+    try:
+        first = records[0]
+        if not isinstance(first, dict) or first.get("kind") != "snapshot":
+            raise ValueError("the first record is not a snapshot")
+        state = _state_from_json(first)
+        tables = [{m.number: m for m in level} for level in state.levels]
+        for i, record in enumerate(records[1:], start=1):
+            _apply_edit(record, state, tables, i)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        # The checksums matched, so a writer made these records as they are: a different or broken
+        # one, still a corruption from the reader's point of view.
+        raise CorruptionError(f"malformed manifest record: {e!r}", path) from e
+    state.levels = [list(level.values()) for level in tables]
+    return state
 
 
 def _apply_edit(obj: Any, state: ManifestState, tables: list[dict[int, TableMeta]], i: int) -> None:
     if obj["kind"] != "edit":
         raise ValueError(f"record {i} is a {obj['kind']!r}, not an edit")
-    state.next_file_number = _int(obj["next_file_number"])
-    state.last_sequence = _int(obj["last_sequence"])
-    state.log_number = _int(obj["log_number"])
+    _set_counters(state, obj)
     for level, number in obj["removed"]:
         if tables[_int(level)].pop(_int(number), None) is None:
             raise ValueError(f"record {i} removes table {number}, which level {level} does not hold")
@@ -309,13 +320,19 @@ def _v1_body(data: bytes, path: str) -> bytes:
 
 
 def _state_from_json(obj: Any) -> ManifestState:
-    return ManifestState(
-        next_file_number=_int(obj["next_file_number"]),
-        last_sequence=_int(obj["last_sequence"]),
-        log_number=_int(obj["log_number"]),
+    state = ManifestState(
         levels=[[_meta_from_json(m) for m in level] for level in obj["levels"]],
         compact_pointers=[_key_from_json(p) for p in obj["compact_pointers"]],
     )
+    _set_counters(state, obj)
+    return state
+
+
+def _set_counters(state: ManifestState, obj: Any) -> None:
+    """The counters a snapshot or an edit records (`_counters` writes them)."""
+    state.next_file_number = _int(obj["next_file_number"])
+    state.last_sequence = _int(obj["last_sequence"])
+    state.log_number = _int(obj["log_number"])
 
 
 def _int(v: Any) -> int:

@@ -390,7 +390,7 @@ def format_tables(rows: Sequence[TableInfo], show_key: ShowKey = show_bytes) -> 
 def format_manifest(records: Sequence[Any], dropped_bytes: int, show_key: ShowKey = show_bytes) -> str:
     """``minilsm manifest``: the snapshot, then each edit (``+`` a table added, ``-`` one removed).
 
-    `records` as `manifest.manifest_records` returns them, already checked by `manifest.decode_manifest`.
+    `records` as `manifest.manifest_records` returns them, already checked by `manifest.replay_manifest`.
     """
     first = records[0]
     lines = [
@@ -411,30 +411,22 @@ def format_manifest(records: Sequence[Any], dropped_bytes: int, show_key: ShowKe
             f"{'snapshot' if i == 0 else f'edit {i}'}: next file {record['next_file_number']}, "
             f"last sequence {record['last_sequence']:,}, log {record['log_number']}"
         )
-        rows = [
-            (
-                f"  {sign:1} L{level}",
-                table_file_name(t["number"]),
-                *(
-                    (
-                        size(t["file_size"]),
-                        f"{t['num_entries']:,} entries",
-                        clip(show_key(bytes.fromhex(t["smallest"])), KEY_CELL_WIDTH),
-                        "..",
-                        clip(show_key(bytes.fromhex(t["largest"])), KEY_CELL_WIDTH),
-                    )
-                    if "file_size" in t
-                    else ("", "", "", "", "")
-                ),
-            )
-            for sign, level, t in changes
-        ]
+        rows = [_manifest_row(sign, level, t, show_key) for sign, level, t in changes]
         if rows:
             lines.append(columns(None, rows, left=(0, 1, 4, 5, 6)))
         for level, p in pointers:
             shown = "none" if p is None else clip(show_key(bytes.fromhex(p)), KEY_CELL_WIDTH)
             lines.append(f"  compact pointer of L{level}: {shown}")
     return "\n".join(lines)
+
+
+def _manifest_row(sign: str, level: int, t: dict[str, Any], show_key: ShowKey) -> tuple[str, ...]:
+    """One table of a manifest record: a removed one is named by its number alone."""
+    head = (f"  {sign:1} L{level}", table_file_name(t["number"]))
+    if "file_size" not in t:
+        return (*head, "", "", "", "", "")
+    smallest, largest = (clip(show_key(bytes.fromhex(t[k])), KEY_CELL_WIDTH) for k in ("smallest", "largest"))
+    return (*head, size(t["file_size"]), f"{t['num_entries']:,} entries", smallest, "..", largest)
 
 
 def format_stats(s: DBStats) -> str:

@@ -106,6 +106,9 @@ overwrites of one-byte keys).  A larger one is flushed in the background thread,
 every 5 ms but for the sort of its new keys, one C call too (35 ms for the 127,101 keys of 16 MiB of 100-byte
 values), and which costs the store's process 3-4 us a version where pickling costs 0.1.  So no cap on versions
 beside this one: the memtables it would send to the thread would hold the lock longer there."""
+FLUSH_CHECK_ENTRIES: Final = 4096
+"""Versions a merge in the background thread writes between its looks for a frozen memtable to flush: about
+15 ms of merging (3-4 us a version), against the 0.2 s or more that writers take to fill a 4 MiB memtable."""
 _log = logging.getLogger("minilsm")
 
 _MISSING: Any = object()
@@ -1208,6 +1211,8 @@ class DB(_Scans):
                         metas = self._compact_in_worker(c, version, snapshots, target, numbers, manual)
                     if metas is None:
                         entries = compaction.compaction_entries(c, version.ranges, snapshots, self._stats)
+                        if not manual and self.options.background:
+                            entries = self._flushing_meanwhile(entries)
                         metas = compaction.write_tables(
                             entries, lambda: self._new_builder(self._output_number(numbers)), target
                         )
@@ -1362,11 +1367,12 @@ class DB(_Scans):
             raise self._closed_error()
 
     def _flush_while_merging(self) -> None:
-        """While the worker merges: flush a frozen memtable now, so that writers need not wait for the merge.
+        """While a merge runs: flush a frozen memtable now, so that writers need not wait for the merge.
 
-        LevelDB does the same in the middle of a long compaction.  Only the
-        background thread flushes, and it is the one waiting here, so a memtable
-        is never flushed twice.  The flushed table is newer than everything the
+        LevelDB does the same in the middle of a long compaction.  Called by the
+        background thread, between waits for the worker's merge or between the
+        entries of its own (`_flushing_meanwhile`).  Only that thread flushes,
+        and it is the one here, so a memtable is never flushed twice.  The flushed table is newer than everything the
         merge reads and stays in level 0; the merge's outputs are installed into
         the version of that moment.  Called with the mutex released.
         """
@@ -1376,6 +1382,18 @@ class DB(_Scans):
             if self._imm is not None and not self._closing and self._bg_error is None:
                 self._flush_immutable(in_worker=False)  # the worker is busy with the merge
                 self._cond.notify_all()
+
+    def _flushing_meanwhile(self, entries: Iterator[Entry]) -> Iterator[Entry]:
+        """`entries`, with a pause every `FLUSH_CHECK_ENTRIES` to flush a frozen memtable (`_flush_while_merging`).
+
+        For a merge in the background thread itself (no worker), as LevelDB's compaction loop checks for an
+        immutable memtable between keys: writers then wait for a flush, not for the whole merge.  The check
+        costs one comparison per entry beside the several microseconds the merge spends on each.
+        """
+        for n, entry in enumerate(entries):
+            if not n % FLUSH_CHECK_ENTRIES:
+                self._flush_while_merging()
+            yield entry
 
     def _unlocked(self) -> _Unlocked:
         """Release the mutex around slow I/O in background mode; keep it inline (deterministic)."""

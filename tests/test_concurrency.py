@@ -22,7 +22,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import pytest
 from storeutil import check_invariants, small_options
 
 import minilsm
+from minilsm.iterators import Entry
 
 WRITERS = 3
 KEYS_PER_WRITER = 12
@@ -886,3 +887,34 @@ def test_a_batch_written_from_two_threads_at_once_is_applied_once(db_path: str) 
     db.put(b"k", b"new")
     assert db.get(b"k") == b"new"
     db.close()
+
+
+def test_memtables_flush_while_the_background_thread_merges(db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the worker, as in LevelDB: the thread that merges stops between entries to flush a frozen memtable,
+    so writers wait for a flush, not for the whole merge.  Was: no flush until the merge had ended."""
+    monkeypatch.setattr(minilsm.db, "FLUSH_CHECK_ENTRIES", 1)
+    real = minilsm.compaction.compaction_entries
+    flushes_inside: list[int] = []  # per merge, the flushes that landed while it ran
+
+    def slow_merge(*args: Any, **kwargs: Any) -> Iterator[Entry]:
+        before = db.stats().flushes
+        for entry in real(*args, **kwargs):
+            time.sleep(0.005)  # a merge long enough for the writer to fill two memtables
+            yield entry
+        flushes_inside.append(db.stats().flushes - before)
+
+    monkeypatch.setattr(minilsm.compaction, "compaction_entries", slow_merge)
+    rnd = random.Random(4)
+    model: dict[bytes, bytes] = {}
+    with minilsm.DB(db_path, **small_options(background=True, compaction_worker=False)) as db:
+        deadline = time.monotonic() + 10
+        while max(flushes_inside, default=0) < 2 and time.monotonic() < deadline:
+            k, v = b"k%04d" % rnd.randrange(2000), rnd.randbytes(40)
+            db.put(k, v)
+            model[k] = v
+        assert max(flushes_inside, default=0) >= 2, f"flushes during each merge: {flushes_inside}"
+        db.wait_for_compactions()
+        assert dict(db.iterator()) == model
+        check_invariants(db, sweep_first=True)
+    with minilsm.DB(db_path, **small_options(background=True, compaction_worker=False)) as db:
+        assert dict(db.iterator()) == model

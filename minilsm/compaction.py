@@ -378,9 +378,10 @@ def bottom_compactions(
     Merging down leaves the bottom level's other tables untouched, yet they may still
     hold versions that were kept for snapshots since released; rewriting them drops
     those, as RocksDB's ``bottommost_level_compaction=kForce`` does.  The tables in
-    `fresh` (those this `compact_range` has just written, under snapshots that all
-    still live) hold nothing more to drop and are left out: a full
-    `compact_range` would otherwise write its last merge's outputs twice.  The
+    `fresh` (those this or an earlier `compact_range` wrote, under snapshots that
+    all still live) hold nothing more to drop and are left out: a full
+    `compact_range` would otherwise write its last merge's outputs twice, and a
+    second call would rewrite the whole bottom level again.  The
     others go as one rewrite per run of adjacent tables, whose outputs stay inside
     that run's key range and so between the fresh tables around it.
     """

@@ -248,8 +248,9 @@ class DB(_Scans):
         self._snapshots: dict[int, int] = {}  # snapshot id -> its sequence number
         self._snapshot_ids = 0
         self._range_compacted: tuple[set[int], set[int]] = (set(), set())
-        """Tiered: the run the last `compact_range` that merged wrote, and the snapshots (sequence numbers) live when
-        its merge began (see `_still_fresh`)."""
+        """The tables that `compact_range` left holding nothing more to drop (tiered: the run the last call that
+        merged wrote; leveled: the bottom-level tables that calls wrote, while their snapshots lived), and the
+        snapshots (sequence numbers) live when their merges began (see `_still_fresh`)."""
         self._versions: weakref.WeakSet[Version] = weakref.WeakSet()  # every Version someone still holds
         # Every live iterator's pin, for close() to cancel.  A set of weak references, not a WeakSet: adding
         # to it and copying it are single C calls, safe from any thread without a lock.
@@ -1020,15 +1021,21 @@ class DB(_Scans):
                         break  # one merge of every run is the whole job
                 if self.options.compaction_style == "leveled":
                     # The merges' outputs dropped what the snapshots of then let go: while those all live, there
-                    # is nothing more to drop in them.
+                    # is nothing more to drop in them, nor in what an earlier call left at the bottom.
+                    left, left_under = self._range_compacted
+                    if self._still_fresh(left, left_under):
+                        written |= left
+                        merged_under |= left_under
                     fresh = self._still_fresh(written, merged_under)
                     rewrites = compaction.bottom_compactions(self._version, start, stop, fresh)
                     while rewrites:
                         self._check_writable()
                         bottom = rewrites.pop(0)  # held by nothing here once it has run, as `c` above
-                        self._run_compaction(bottom, manual=True)
+                        merged_under.update(self._snapshots.values())
+                        written.update(self._run_compaction(bottom, manual=True))
                         del bottom
                         self._delete_obsolete_files()
+                    self._range_compacted = (written & self._version.numbers(), merged_under)
             except OSError as e:
                 raise self._fail_writes("a manual compaction", e) from e
             except Error:

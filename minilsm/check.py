@@ -131,7 +131,7 @@ def _is_store_file(name: str) -> bool:
 
 
 def _is_store_temp_file(name: str) -> bool:
-    """A temporary name the store itself writes (a table, log or manifest being made), which an open deletes.
+    """A temporary name of the store's (a table or manifest being made, or a log's name + .tmp), which an open deletes.
 
     Any other ``.tmp`` file is not the store's, and the store leaves it alone, as every foreign file.
     """

@@ -7,7 +7,7 @@ of the oldest log that still holds unflushed writes.
 It is a log in the write-ahead log's framing (`minilsm.wal`), of JSON records:
 the first a *snapshot* of the whole state, each later one an *edit*, the change
 that one flush or compaction made (tables removed and added, by level, and the
-new counters), as LevelDB's version edits.  An edit costs O(tables it
+new counters), as LevelDB's version edits.  An edit writes O(tables it
 changes).  The first minilsm manifests rewrote the whole state at every
 change, O(live tables) each time: with 64 KiB keys, a 400 MiB load wrote
 10.7 GiB of manifests.

@@ -20,9 +20,11 @@ Two styles, as in RocksDB:
   Only runs adjacent in age merge, so "newest run first" stays a valid read
   order (Cassandra instead reconciles by timestamp on every read).
 
-When no level is over its limit, leveled compaction also does LevelDB's **seek
-compaction** (`seek_compaction`): a table that reads keep probing in vain is
-merged into the level below, so that those reads ask one filter fewer.
+When no level is over its limit, leveled compaction also compacts tables
+that are mostly tombstones (`tombstone_compaction`), so that mass deletes give
+their space back, and after that does LevelDB's **seek compaction**
+(`seek_compaction`): a table that reads keep probing in vain is merged into the
+level below, so that those reads ask one filter fewer.
 
 What may be dropped is decided by `drop_dead`, which flushes use too.
 """

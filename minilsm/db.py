@@ -13,7 +13,8 @@ Read path (`get`):
 Background work (one thread, or inline with ``background=False``):
   flush the frozen memtable to a level-0 table (with the compaction worker, a
   merge that is due starts first and the thread flushes beside it), then
-  compact while some level is over its limit, or a table is probed in vain
+  compact while some level is over its limit, a table is mostly tombstones
+  (`compaction.tombstone_compaction`), or a table is probed in vain
   too often (seek compaction: reads only count, and the idle background
   thread looks every `SEEK_CHECK_INTERVAL` seconds; inline, it waits for the
   next write's background work; either way, at most a quarter of the time:

@@ -5,8 +5,9 @@ decoded data block, charged by its bytes, LevelDB's ``block_cache``) and the
 file cache (table path -> open `RandomAccessFile`, charged 1 each, LevelDB's
 ``max_open_files``).  Both are shared by every reader thread.
 
-Why CLOCK and not LRU.  Every point read asks the file cache once and the block
-cache once, so a hit must be cheap.  An LRU moves the entry to the front on
+Why CLOCK and not LRU.  A point read asks the block cache for each block it
+needs, and the file cache for each block it must read from disk, so a hit must
+be cheap.  An LRU moves the entry to the front on
 every hit, which needs a lock around a map update; CLOCK (second chance, the
 policy of RocksDB's ``HyperClockCache`` and of most kernels' page caches) only
 sets the entry's "referenced" flag, one store into a list that needs no lock.

@@ -98,15 +98,6 @@ lock with the reads: at 10M keys, unpaced seek compactions ran back to back for 
 reads went at a tenth of their rate (bench/RESULTS.md, "Seek compaction at 10M keys").  The compaction worker
 takes that off the reads (0.99 of their rate at 1M, "The compaction worker"); the pace still bounds what reads
 cost a machine with one core.  Size-triggered compactions are never held back."""
-WORKER_FLUSH_MAX_BYTES: Final = 16 << 20
-"""The largest frozen memtable (`MemTable.approximate_size`) sent to the compaction worker to flush.  Pickling it
-(`worker.pickle_job`) is one C call that holds the interpreter lock throughout, and costs by the version, about
-0.07-0.1 us each: 3 ms for the default 4 MiB memtable of 100-byte values, 13 ms for 16 MiB of them, 39 ms for
-16 MiB of empty values (524,288 versions), 104 ms at most (a version is charged at least 16 bytes: 986,896
-overwrites of one-byte keys).  A larger one is flushed in the background thread, whose work lets other threads in
-every 5 ms but for the sort of its new keys, one C call too (35 ms for the 127,101 keys of 16 MiB of 100-byte
-values), and which costs the store's process 3-4 us a version where pickling costs 0.1.  So no cap on versions
-beside this one: the memtables it would send to the thread would hold the lock longer there."""
 FLUSH_CHECK_ENTRIES: Final = 4096
 """Versions a merge in the background thread writes between its looks for a frozen memtable to flush: about
 15 ms of merging (3-4 us a version), against the 0.2 s or more that writers take to fill a 4 MiB memtable."""
@@ -1165,8 +1156,8 @@ class DB(_Scans):
     def _write_level0_table(self, mem: MemTable, in_worker: bool = False) -> None:
         """Write `mem` as a new level-0 table and install it (the manifest is the caller's).
 
-        With `in_worker`, a frozen memtable of at most `WORKER_FLUSH_MAX_BYTES` goes to the compaction worker if
-        it is free (`worker.FlushJob`):
+        With `in_worker`, `mem` goes to the compaction worker if it is free (`worker.FlushJob`), whatever its size:
+        it travels pickled a frame at a time (`worker.pickle_job`), so no other thread waits long for the lock;
         the table is then sorted and built on the worker's core, off this process's interpreter lock, so
         writers go on meanwhile (LevelDB's flush runs on its background thread, which in C takes no time
         from them).  Readers keep reading `mem` until the table is installed.  If the worker is busy,
@@ -1177,7 +1168,7 @@ class DB(_Scans):
         try:
             with self._unlocked():
                 metas = None
-                if in_worker and mem.approximate_size <= WORKER_FLUSH_MAX_BYTES and self._worker_usable():
+                if in_worker and self._worker_usable():
                     metas = self._flush_in_worker(mem, snapshots, numbers)
                 if metas is None:
                     entries = compaction.flush_entries(mem.entries(), snapshots, self._stats)

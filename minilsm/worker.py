@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import io
 import json
 import os
 import pickle
@@ -53,6 +52,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Final, NoReturn
@@ -181,22 +181,27 @@ def run_flush(job: FlushJob, fs: FileSystem, stats: Stats) -> list[TableMeta]:
     )
 
 
-def pickle_job(job: CompactionJob | FlushJob) -> bytes:
-    """`job` pickled as it travels to the worker: without the pickler's memo (`pickle.Pickler.fast`).
+def pickle_job(job: CompactionJob | FlushJob, write: Callable[[bytes], object]) -> None:
+    """Pickle `job` as it travels to the worker, handing `write` the pickle a frame (about 64 KiB) at a time.
 
-    O(objects), about 0.07-0.1 us a version of a flush job's memtable, in one C call that holds the
-    interpreter lock throughout.  The memo records every object pickled, so that one met again is written as a
-    reference: for a flush job every key, value, version and list of the memtable, and the more versions it
-    recorded, the more each cost.  A full 16 MiB memtable of empty values (524,288 versions) took 390-480 ms
-    with it (0.78-0.92 us a version), 16 MiB of 100-byte values 64-78 ms; without it, 37-40 ms and 12-13 ms.
-    A job needs no object shared (one met twice is written twice) and holds no cycle (which fast mode refuses
-    with `ValueError` rather than recursing forever).
+    O(objects), about 0.07-0.1 us a version of a flush job's memtable.  The pickler is one C call, which holds the
+    interpreter lock throughout but for its calls of `write`: Python code, where another thread may take the lock.
+    So other threads wait for one frame's pickling at most, not for the whole memtable's.  A 64 MiB memtable of
+    100-byte values (508,401 versions) pickled into one buffer in 87-93 ms, and a thread that wanted to run waited
+    83-93 ms; a frame at a time, in 65-75 ms, that thread waited 7-10 ms at most (the 5 ms switch interval and its
+    own 1 ms sleep included).
+
+    Without the pickler's memo (`pickle.Pickler.fast`).  The memo records every object pickled, so that one met
+    again is written as a reference: for a flush job every key, value, version and list of the memtable, and the
+    more versions it recorded, the more each cost.  A full 16 MiB memtable of empty values (524,288 versions) took
+    390-480 ms with it (0.78-0.92 us a version), 16 MiB of 100-byte values 64-78 ms; without it, 37-40 ms and
+    12-13 ms.  A job needs no object shared (one met twice is written twice) and holds no cycle (which fast mode
+    refuses with `ValueError` rather than recursing forever).
     """
-    buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    # The C pickler flushes each full frame to its file's `write` (`_Pickler_OpcodeBoundary` in _pickle.c).
+    pickler = pickle.Pickler(types.SimpleNamespace(write=write), protocol=pickle.HIGHEST_PROTOCOL)
     pickler.fast = True  # "deprecated" in the documentation since Python 2, and kept since, without a warning
     pickler.dump(job)
-    return buf.getvalue()
 
 
 class WorkerUnavailableError(Exception):
@@ -268,10 +273,9 @@ class Worker:
                 proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
                 stdin, stdout = proc.stdin, proc.stdout
                 assert stdin is not None and stdout is not None
-                data = pickle_job(job)
             except BaseException as e:
                 self._broken(e)
-            self._send(stdin, data, meanwhile)
+            self._send(stdin, job, meanwhile)
             if meanwhile is not None:
                 # The reply is one pickle written at once, so the pipe turns readable only when it comes (or when
                 # the worker dies).  poll, not select: select fails for a descriptor numbered 1024 or above.
@@ -300,14 +304,16 @@ class Worker:
             raise WorkerUnavailableError(f"a job failed in the compaction worker's process: {payload!r}") from payload
         raise payload
 
-    def _send(self, stdin: IO[bytes], data: bytes, meanwhile: Callable[[], None] | None) -> None:
-        """Write the pickled job `data` to the worker, calling `meanwhile()` every `MEANWHILE_EVERY` seconds that
-        the pipe stays full.
+    def _send(self, stdin: IO[bytes], job: CompactionJob | FlushJob, meanwhile: Callable[[], None] | None) -> None:
+        """Pickle `job` into the worker's pipe as it is made (`pickle_job`), calling `meanwhile()` every
+        `MEANWHILE_EVERY` seconds that the pipe stays full.
 
         A flush job carries a memtable, megabytes where a pipe holds 64 KiB: a blocking write would wait for
         as long as the worker does not read (stopped by SIGSTOP, or stuck), and hold up close() with it.  So the
-        pipe is written without blocking, a part at a time.  If `meanwhile` raises, the job is abandoned (the
-        worker, which holds part of it, is killed) and its exception propagates, as while waiting for the reply.
+        pipe is written without blocking, a frame at a time, and the worker unpickles the frames as they come.  If
+        `meanwhile` raises, the job is abandoned (the worker, which holds part of it, is killed) and its exception
+        propagates, as while waiting for the reply; so does a failure of the pipe or of the pickler, as `_broken`
+        reports it.
         """
         try:
             fd = stdin.fileno()
@@ -316,14 +322,28 @@ class Worker:
             ready.register(fd, select.POLLOUT)
         except BaseException as e:
             self._broken(e)
-        view = memoryview(data)
-        while view:
+        ended: list[BaseException] = []  # what `write` raised, the worker already ended
+
+        def write(frame: bytes) -> None:
             try:
-                view = view[os.write(fd, view) :]
-            except BlockingIOError:
-                self._await(ready, meanwhile)
+                view = memoryview(frame)
+                while view:
+                    try:
+                        view = view[os.write(fd, view) :]
+                    except BlockingIOError:
+                        self._await(ready, meanwhile)
+                    except BaseException as e:
+                        self._broken(e)
             except BaseException as e:
-                self._broken(e)
+                ended.append(e)
+                raise
+
+        try:
+            pickle_job(job, write)
+        except BaseException as e:
+            if ended and e is ended[-1]:
+                raise
+            self._broken(e)  # the pickler's own: the worker holds part of a job
 
     def _await(self, ready: select.poll, meanwhile: Callable[[], None] | None) -> None:
         """Wait until `ready` reports its pipe ready, calling `meanwhile()` every `MEANWHILE_EVERY` seconds.

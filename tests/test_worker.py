@@ -15,14 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from storeutil import check_invariants, flip_byte, small_options
 
 from minilsm import DB, ClosedError, CorruptionError, worker
-from minilsm import db as db_module
 from minilsm.check import check_store
 from minilsm.compaction import flush_entries
 from minilsm.fs import FileSystem
@@ -346,9 +345,13 @@ def test_a_flush_job_travels_without_the_picklers_memo(
     """Was: pickled with the memo, which records every key, value and version of the memtable, so that pickling
     cost by the version, and more per version the more there were: 16 MiB of empty values took 390-440 ms in one
     C call holding the interpreter lock (0.78 us a version), against 37-39 ms without the memo."""
-    sent: list[bytes] = []
-    send = fresh_worker._send
-    monkeypatch.setattr(fresh_worker, "_send", lambda stdin, data, *rest: (sent.append(data), send(stdin, data, *rest)))
+    frames: list[bytes] = []
+    pickle_job = worker.pickle_job
+
+    def spy(job: worker.FlushJob, write: Callable[[bytes], object]) -> None:
+        pickle_job(job, lambda frame: (frames.append(bytes(frame)), write(frame)))
+
+    monkeypatch.setattr(worker, "pickle_job", spy)
     mem = MemTable()
     for seq in range(1, 3001):  # empty values: all version, no byte (and each value the same object)
         mem.add(b"k%05d" % (seq % 1000), seq, KIND_VALUE, b"")
@@ -359,8 +362,9 @@ def test_a_flush_job_travels_without_the_picklers_memo(
     assert [m.num_entries for m in fresh_worker.run(job, stats=stats)] == [3000]
     assert stats.entries_dropped_shadowed == 0  # each snapshot stripe keeps its version of each key
     memo = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
-    assert not [op.name for op, _, _ in pickletools.genops(sent[0]) if op.name in memo]
-    travelled = pickle.loads(sent[0]).memtable
+    sent = b"".join(frames)
+    assert not [op.name for op, _, _ in pickletools.genops(sent) if op.name in memo]
+    travelled = pickle.loads(sent).memtable
     assert list(travelled.entries()) == list(mem.entries())
 
 
@@ -401,18 +405,58 @@ def test_frozen_memtables_are_flushed_by_the_worker(
     assert scratch_dirs(db_path) == []
 
 
-def test_a_memtable_too_large_to_pickle_at_once_is_flushed_by_the_thread(
+def test_a_large_memtable_is_flushed_by_the_worker(
     db_path: str, fresh_worker: worker.Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pickling holds the interpreter lock throughout: past `WORKER_FLUSH_MAX_BYTES` the thread flushes."""
+    """Was: a frozen memtable over 16 MiB was flushed by the thread, since pickling it held the interpreter lock
+    for one C call throughout; so a memtable_size of 16 MiB or more never flushed in the worker.  Now the job is
+    pickled a frame at a time (`worker.pickle_job`), and a memtable of any size goes."""
     jobs = spy_jobs(fresh_worker, monkeypatch)
-    monkeypatch.setattr(db_module, "WORKER_FLUSH_MAX_BYTES", 1000)  # below small_options' 2048-byte memtables
-    with DB(db_path, **small_options(background=True)) as db:
-        model = load(db, seed=15)
+    with DB(db_path, **small_options(background=True, memtable_size=20 << 20)) as db:
+        values = {b"k%02d" % i: bytes([i]) * (1 << 20) for i in range(22)}  # past 20 MiB: the memtable freezes
+        for k, v in values.items():
+            db.put(k, v)
         db.wait_for_compactions()
-        assert db.stats().flushes >= 3 and "CompactionJob" in jobs
-        assert "FlushJob" not in jobs
-        assert dict(db.iterator()) == model
+        assert db.stats().flushes == 1 and jobs == ["FlushJob"]
+        assert dict(db.iterator()) == values
+
+
+def test_other_threads_run_while_a_flush_job_is_pickled() -> None:
+    """The pickler hands each frame (about 64 KiB) to a Python `write`, where another thread may take the
+    interpreter lock: a thread that wants it waits for one frame, not for the whole memtable (83-93 ms for
+    64 MiB of 100-byte values pickled in one call)."""
+    mem = MemTable()
+    for i in range(40_000):  # about 5 MiB of versions: 80 frames
+        mem.add(b"k%08d" % i, i + 1, KIND_VALUE, b"v" * 100)
+    job = worker.FlushJob(scratch="unused", memtable=mem, snapshots=[], block_size=4096, bits_per_key=10.0)
+    ticks = 0
+    stop = threading.Event()
+
+    def tick() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    frames: list[bytes] = []
+    seen: list[int] = []  # the other thread's count at each frame
+
+    def write(frame: bytes) -> None:
+        frames.append(bytes(frame))
+        seen.append(ticks)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0001)
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        worker.pickle_job(job, write)
+    finally:
+        stop.set()
+        ticker.join()
+        sys.setswitchinterval(interval)
+    assert len(frames) > 10
+    assert seen[-1] > seen[0], "no other thread ran while the job was pickled"
+    assert list(pickle.loads(b"".join(frames)).memtable.entries()) == list(mem.entries())
 
 
 _REFUSE = {

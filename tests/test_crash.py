@@ -83,6 +83,7 @@ def kill_once(path: str, seed: int, first: int, style: str, rng: random.Random) 
         timer.cancel()
         proc.kill()
         proc.wait()
+        proc.stdout.close()  # the pipe is ours to close, the child being dead (else a ResourceWarning)
     assert proc.returncode == -9, f"the child died by itself (exit code {proc.returncode})"
     where = (
         "startup"

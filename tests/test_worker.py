@@ -648,9 +648,9 @@ print(worker._shared.pid, flush=True)
 time.sleep(60)
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     pid = None
     try:
-        assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 30)
         assert ready, "the store process never got a job into the worker"
         pid = int(proc.stdout.readline())
@@ -663,6 +663,8 @@ time.sleep(60)
         assert not _running(pid), "the worker went on with a job for a process that is gone"
     finally:
         proc.kill()
+        proc.wait()
+        proc.stdout.close()  # else a ResourceWarning when the Popen is collected
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

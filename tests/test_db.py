@@ -909,12 +909,15 @@ def test_kill_9_loses_no_acknowledged_sync_write(db_path: str) -> None:
     )
     acked = -1
     assert proc.stdout is not None
-    for line in proc.stdout:
-        acked = int(line)
-        if acked >= 400:
-            break
-    proc.kill()
-    proc.wait()
+    try:
+        for line in proc.stdout:
+            acked = int(line)
+            if acked >= 400:
+                break
+    finally:  # the child writes forever: kill it even if the loop fails, and close our end of its pipe
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
     with minilsm.DB(db_path) as db:
         for i in range(acked + 1):
             assert db.get(b"key%06d" % i) == b"value%06d" % i * 5, i

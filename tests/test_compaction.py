@@ -487,19 +487,23 @@ def test_kill_9_during_compaction_heavy_load_reopens_exactly(db_path: str, style
     model: dict[bytes, bytes] = {}
     rng = random.Random(3)
     for _round in range(4):
-        proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True, env=env)
-        assert proc.stdout is not None
-        stop_after = rng.randrange(200, 700)
-        acked: list[list[str]] = []
-        for line in proc.stdout:
-            acked.append(line.split())
-            if len(acked) >= stop_after:
-                break
-        proc.kill()
-        proc.wait()
-        # Lines still in the pipe were acknowledged before the kill landed: they count too.
-        # A last line without its newline was cut by the kill: that op is the one in flight.
-        rest = proc.stdout.read()
+        # `with` closes our end of the pipe (else a ResourceWarning) and waits for the child, which writes forever:
+        # it is killed in `finally`, so that a failure in the loop cannot leave that wait hanging.
+        with subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True, env=env) as proc:
+            assert proc.stdout is not None
+            stop_after = rng.randrange(200, 700)
+            acked: list[list[str]] = []
+            try:
+                for line in proc.stdout:
+                    acked.append(line.split())
+                    if len(acked) >= stop_after:
+                        break
+            finally:
+                proc.kill()
+                proc.wait()
+            # Lines still in the pipe were acknowledged before the kill landed: they count too.
+            # A last line without its newline was cut by the kill: that op is the one in flight.
+            rest = proc.stdout.read()
         acked += [line.split() for line in rest.split("\n")[:-1] if line.strip()]
         # The child restarts its random sequence each round, so replay its acknowledgements onto the model.
         for op in acked:

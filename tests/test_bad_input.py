@@ -10,6 +10,7 @@ never an `AttributeError` or a raw `OSError` from deep inside.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import pickle
@@ -539,6 +540,11 @@ def test_a_store_held_by_another_process_is_refused_and_left_working(db_path: st
     finally:
         proc.kill()
         proc.wait()
+        # Close our ends of its pipes (else ResourceWarnings).  A "go" left unflushed by a failure above cannot
+        # reach the dead child: closing still closes the pipe, then raises BrokenPipeError, which is not the news.
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        proc.stdout.close()
     with minilsm.DB(db_path, **small_options()) as db:
         assert db.get(b"holder") == b"still works"
         del db[b"holder"]

@@ -281,20 +281,27 @@ class Worker:
                 assert stdin is not None and stdout is not None
             except BaseException as e:
                 self._broken(e)
-            self._send(stdin, job, meanwhile)
-            if meanwhile is not None:
-                # The reply is one pickle written at once, so the pipe turns readable only when it comes (or when
-                # the worker dies).  poll, not select: select fails for a descriptor numbered 1024 or above.
+            try:
+                self._send(stdin, job, meanwhile)
+                if meanwhile is not None:
+                    # The reply is one pickle written at once, so the pipe turns readable only when it comes (or
+                    # when the worker dies).  poll, not select: select fails for a descriptor numbered 1024 or above.
+                    try:
+                        waiting = select.poll()
+                        waiting.register(stdout, select.POLLIN)
+                    except BaseException as e:
+                        self._broken(e)
+                    self._await(waiting, meanwhile)
                 try:
-                    waiting = select.poll()
-                    waiting.register(stdout, select.POLLIN)
+                    ok, payload, counted = pickle.load(stdout)
                 except BaseException as e:
                     self._broken(e)
-                self._await(waiting, meanwhile)
-            try:
-                ok, payload, counted = pickle.load(stdout)
-            except BaseException as e:
-                self._broken(e)
+            except BaseException:
+                # An interrupt between the steps above: the worker, not ended, holds the job (or part of it, or its
+                # reply), which the next job would otherwise read as its own.
+                if self._proc is proc:
+                    self._end(kill=True)
+                raise
             self._failures = 0
         finally:
             self._lock.release()
@@ -328,24 +335,19 @@ class Worker:
             ready.register(fd, select.POLLOUT)
         except BaseException as e:
             self._broken(e)
-        ended: list[BaseException] = []  # what `send` raised, the worker already ended
         frames: list[bytes] = []
         held = 0
 
         def send() -> None:
-            try:
-                view = memoryview(b"".join(frames))
-                frames.clear()
-                while view:
-                    try:
-                        view = view[os.write(fd, view) :]
-                    except BlockingIOError:
-                        self._await(ready, meanwhile)
-                    except BaseException as e:
-                        self._broken(e)
-            except BaseException as e:
-                ended.append(e)
-                raise
+            view = memoryview(b"".join(frames))
+            frames.clear()
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    self._await(ready, meanwhile)
+                except BaseException as e:
+                    self._broken(e)
 
         def write(frame: bytes) -> None:
             nonlocal held
@@ -359,9 +361,9 @@ class Worker:
             pickle_job(job, write)
             send()
         except BaseException as e:
-            if ended and e is ended[-1]:
-                raise
-            self._broken(e)  # the pickler's own: the worker holds part of a job
+            if self._proc is None:
+                raise  # the worker is ended already: by `_broken`, or by `_await` when `meanwhile` raised
+            self._broken(e)  # the pickler's own, or an interrupt between writes: the worker holds part of a job
 
     def _await(self, ready: select.poll, meanwhile: Callable[[], None] | None) -> None:
         """Wait until `ready` reports its pipe ready, calling `meanwhile()` every `MEANWHILE_EVERY` seconds.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import inspect
 import logging
 import os
 import pickle
@@ -439,6 +440,54 @@ def test_a_job_travels_through_a_pipe_of_a_megabyte(db_path: str, fresh_worker: 
     proc = fresh_worker._proc
     assert proc is not None and proc.stdin is not None
     assert fcntl.fcntl(proc.stdin.fileno(), fcntl.F_GETPIPE_SZ) == worker.SEND_BYTES
+
+
+@pytest.mark.parametrize(
+    ("function", "line", "look"),
+    [("send", "while view:", 2), ("run", "if meanwhile is not None:", 1)],
+    ids=["between the writes of a job", "between sending the job and waiting for its reply"],
+)
+def test_an_interrupt_while_a_job_is_sent_ends_the_worker(
+    db_path: str, fresh_worker: worker.Worker, function: str, line: str, look: int
+) -> None:
+    """Was: `_send` let any exception out of its batched writes pass as one that had already ended the worker (and
+    `run` did not look between sending the job and waiting for the reply), so an interrupt (Ctrl-C in a thread
+    running `compact_range`) there left the worker holding the job, and the next job read that job's reply as its
+    own.  Found by raising KeyboardInterrupt there from a trace function."""
+
+    def job(n: int) -> worker.FlushJob:
+        scratch = os.path.join(db_path, worker.scratch_name())
+        os.makedirs(scratch)
+        mem = MemTable()
+        for seq in range(1, n + 1):
+            mem.add(b"k%03d" % seq, seq, KIND_VALUE, b"v")
+        return worker.FlushJob(scratch=scratch, memtable=mem, snapshots=[], block_size=256, bits_per_key=10)
+
+    code = worker.Worker.run if function == "run" else worker.Worker._send
+    source = inspect.getsourcelines(code)[0]
+    where = code.__code__.co_firstlineno + [s.strip() for s in source].index(line)
+    looks = 0
+
+    def tracer(frame: Any, event: str, arg: object) -> Any:
+        nonlocal looks
+        if event == "call":
+            return tracer if frame.f_code.co_name == function else None
+        if event == "line" and frame.f_lineno == where:
+            looks += 1
+            if looks == look:  # the whole job written
+                raise KeyboardInterrupt
+        return tracer
+
+    first = job(1)
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fresh_worker.run(first, lambda: None, stats=Stats())
+    finally:
+        sys.settrace(None)
+    assert looks == look
+    assert fresh_worker.pid is None  # ended with the job it holds
+    assert [m.num_entries for m in fresh_worker.run(job(2), stats=Stats())] == [2]
 
 
 def test_other_threads_run_while_a_flush_job_is_pickled() -> None:

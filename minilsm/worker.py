@@ -321,8 +321,9 @@ class Worker:
         """Pickle `job` into the worker's pipe as it is made (`pickle_job`), calling `meanwhile()` every
         `MEANWHILE_EVERY` seconds that the pipe stays full.
 
-        A flush job carries a memtable, megabytes where a pipe holds 64 KiB: a blocking write would wait for
-        as long as the worker does not read (stopped by SIGSTOP, or stuck), and hold up close() with it.  So the
+        A flush job carries a memtable, megabytes where the pipe holds 1 MiB (`SEND_BYTES`; 64 KiB if the system
+        refuses that): a blocking write would wait for as long as the worker does not read (stopped by SIGSTOP, or
+        stuck), and hold up close() with it.  So the
         pipe is written without blocking, `SEND_BYTES` at a time, and the worker unpickles the frames as they come.  If
         `meanwhile` raises, the job is abandoned (the worker, which holds part of it, is killed) and its exception
         propagates, as while waiting for the reply; so does a failure of the pipe or of the pickler, as `_broken`

@@ -809,11 +809,22 @@ def test_close_does_not_wait_for_a_flush_job_a_stopped_worker_does_not_read(
     monkeypatch.setattr(worker, "_shared", never_reads)
     rng = random.Random(7)
     closer: threading.Thread | None = None
+    sends_waited: list[int] = []  # the waits for room in the pipe, in `_send`
+    await_room = never_reads._await
+
+    def spy(ready: select.poll, meanwhile: Callable[[], None] | None) -> None:
+        if sys._getframe(1).f_code.co_name == "send":
+            sends_waited.append(1)
+        await_room(ready, meanwhile)
+
+    monkeypatch.setattr(never_reads, "_await", spy)
     try:
-        # A memtable of 256 KiB of values no pickle can share: its flush job is four times a pipe's 64 KiB.
-        db = DB(db_path, **small_options(background=True, memtable_size=256 << 10, level0_stop_writes_trigger=1000))
+        # A memtable of 4 MiB of values no pickle can share: its flush job is four times the pipe (`SEND_BYTES`,
+        # the 1 MiB asked of it; 64 KiB if refused).  Was 256 KiB, which a 1 MiB pipe takes whole.
+        memtable_size = 4 * worker.SEND_BYTES
+        db = DB(db_path, **small_options(background=True, memtable_size=memtable_size, level0_stop_writes_trigger=1000))
         model: dict[bytes, bytes] = {}
-        for i in range(300):
+        for i in range(memtable_size // 1000 + 100):
             model[b"k%05d" % i] = rng.randbytes(1000)
             db.put(b"k%05d" % i, model[b"k%05d" % i])
         deadline = time.monotonic() + 20
@@ -828,6 +839,7 @@ def test_close_does_not_wait_for_a_flush_job_a_stopped_worker_does_not_read(
         assert not closer.is_alive(), "close() waits for a worker that does not read its job"
         assert time.monotonic() - started < 10
         assert never_reads.pid is None  # ended with the job it never read
+        assert sends_waited, "the job fitted in the pipe: close() was never asked while it was sent"
     finally:
         proc = never_reads._proc
         if proc is not None:

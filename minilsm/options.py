@@ -47,7 +47,7 @@ class Options:
     # -- write path --
     memtable_size: int = 4 << 20
     """Approximate bytes of the memtable before it is frozen and flushed to a table.  Counted as encoded bytes:
-    the memtable's Python objects take about 3x that with 100-byte values (see `minilsm.memtable`), and a full
+    the memtable's Python objects take about 2.4x that with 100-byte values (see `minilsm.memtable`), and a full
     memtable being flushed sits beside the next one.  With `compaction_worker`, the worker process holds its own
     copy while it flushes one: it peaked at 476 MiB for a 64 MiB memtable of 100-byte values."""
     sync: bool = False

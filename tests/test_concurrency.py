@@ -722,9 +722,8 @@ def test_a_batch_half_added_to_the_memtable_is_invisible_to_lock_free_readers(db
         db.delete(b"a")  # in the memtable, under the batch's put
         with db._mutex:
             interrupted = Interrupted()
-            for key, versions in db._mem._versions.items():
-                for trailer, value in versions:
-                    interrupted.add(key, trailer >> 8, trailer & 0xFF, value)
+            for key, trailer, value in sorted(db._mem.entries(), key=lambda e: e[1]):  # oldest first, as written
+                interrupted.add(key, trailer >> 8, trailer & 0xFF, value)
             db._mem = interrupted
         with db.write_batch() as wb:
             for k in (b"a", b"b", b"c"):

@@ -594,9 +594,8 @@ def test_regression_an_interrupt_between_the_log_append_and_the_publish_leaves_a
     db.put(b"a", b"1")
     with db._mutex:
         mem = _InterruptedMemTable()
-        for key, versions in db._mem._versions.items():
-            for trailer, value in versions:
-                mem.add(key, trailer >> 8, trailer & 0xFF, value)
+        for key, trailer, value in sorted(db._mem.entries(), key=lambda e: e[1]):  # oldest first, as written
+            mem.add(key, trailer >> 8, trailer & 0xFF, value)
         db._mem = mem
     _InterruptedMemTable.armed = True
     with pytest.raises(KeyboardInterrupt):

@@ -180,6 +180,47 @@ def test_iterators_in_threads_while_another_thread_adds() -> None:
     assert len(mem) > 2000
 
 
+def test_a_read_between_any_two_steps_of_an_add_sees_every_version_added_before() -> None:
+    """A key's newest version sits apart from its older ones, and readers take no lock: an overwrite must move
+    the newest version to the older ones before the new one replaces it, and a reader must look at the newest
+    first.  Here a reader runs at every store into either dict, just before it and just after it, as another
+    thread may: each read at an earlier sequence number, and each scan, must find exactly what was added before."""
+    mem = MemTable()
+    added: list[tuple[bytes, int, int, bytes]] = []  # (key, seq, kind, value), every add that has returned
+
+    def check() -> None:
+        for seq in range(len(added) + 1):
+            for key in {k for k, _, _, _ in added}:
+                expect = None
+                for k, s, kind, value in added:
+                    if k == key and s <= seq:
+                        expect = (kind, value)
+                assert mem.get(key, seq) == expect, (key, seq)
+        for reverse in (False, True):
+            seen = [(k, t >> 8) for k, t, _ in mem.iter(reverse=reverse)]
+            done = sorted(((k, s) for k, s, _, _ in added), key=lambda ks: (ks[0], -ks[1]), reverse=reverse)
+            assert len(seen) == len(set(seen)), "a version was returned twice"
+            assert [ks for ks in seen if ks in set(done)] == done
+
+    class Watched(dict):  # type: ignore[type-arg]
+        def __setitem__(self, key: object, value: object) -> None:
+            check()
+            super().__setitem__(key, value)
+            check()
+
+    mem._latest = Watched()
+    mem._lookup = mem._latest.get
+    mem._older = Watched()
+    mem._older_of = mem._older.get
+    rng = random.Random(5)
+    for seq in range(1, 41):
+        key, kind = rng.choice([b"a", b"b", b"c"]), KIND_DELETE if seq % 7 == 0 else KIND_VALUE
+        value = b"" if kind == KIND_DELETE else b"v%d" % seq
+        mem.add(key, seq, kind, value)
+        added.append((key, seq, kind, value))
+    check()
+
+
 @settings(max_examples=50)
 @given(st.lists(st.binary(max_size=3), min_size=1, max_size=40, unique=True), st.data())
 def test_reverse_iteration_from_stop_bound(keys: list[bytes], data: st.DataObject) -> None:

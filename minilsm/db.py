@@ -1027,7 +1027,11 @@ class DB(_Scans):
                         written.update(self._run_compaction(bottom, manual=True))
                         del bottom
                         self._delete_obsolete_files()
-                    self._range_compacted = (written & self._version.numbers(), merged_under)
+                    # Only what lies at the bottom now: a table a merge left above it may hold tombstones kept for
+                    # the levels below, which could be dropped once it is moved down.
+                    version = self._version
+                    at_bottom = {t.number for t in version.levels[version.bottom_level_with_data()]}
+                    self._range_compacted = (written & at_bottom, merged_under)
             except OSError as e:
                 raise self._fail_writes("a manual compaction", e) from e
             except Error:

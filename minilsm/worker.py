@@ -134,7 +134,7 @@ class CompactionJob:
 class FlushJob:
     """A flush, described in plain data: write a frozen memtable as one level-0 table.
 
-    The memtable travels pickled (`MemTable.__getstate__`: its dict of versions, unsorted; `pickle_job`), which
+    The memtable travels pickled (`MemTable.__getstate__`: its dicts of versions, unsorted; `pickle_job`), which
     costs the store about a thirtieth of what sorting it and building the table in its own process would (3.1 ms
     against 92 ms of CPU for a 4 MiB memtable of 100-byte values; 9.5 ms against 411 ms for one of empty values).
     """

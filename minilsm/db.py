@@ -1029,8 +1029,9 @@ class DB(_Scans):
                         self._delete_obsolete_files()
                     # Only what lies at the bottom now: a table a merge left above it may hold tombstones kept for
                     # the levels below, which could be dropped once it is moved down.
-                    version = self._version
-                    at_bottom = {t.number for t in version.levels[version.bottom_level_with_data()]}
+                    # No local may hold the version: the inline background work below would then keep its files.
+                    levels = self._version.levels
+                    at_bottom = {t.number for t in levels[self._version.bottom_level_with_data()]}
                     self._range_compacted = (written & at_bottom, merged_under)
             except OSError as e:
                 raise self._fail_writes("a manual compaction", e) from e

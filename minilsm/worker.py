@@ -523,18 +523,9 @@ def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
     fs = FileSystem()
     while True:
         try:
-            job = pickle.load(jobs)
+            data = _answer(pickle.load(jobs), fs)
         except EOFError:
             return
-        stats = Stats()
-        try:
-            reply: tuple[bool, object, Stats] = (True, run_job(job, fs, stats), stats)
-        except Exception as e:
-            reply = (False, e, stats)
-        try:
-            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # an exception that does not pickle: send its text
-            data = pickle.dumps((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}"), stats))
         try:
             results.write(data)
             results.flush()
@@ -543,6 +534,21 @@ def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
             with contextlib.suppress(OSError):
                 results.close()
             return
+
+
+def _answer(job: CompactionJob | FlushJob, fs: FileSystem) -> bytes:
+    """Run `job` and pickle its reply.  A function of its own so that the job, and a flush job's memtable with
+    it, is freed when it returns, not held while the worker waits for the next job: a 64 MiB memtable kept the
+    idle worker at 209 MiB resident."""
+    stats = Stats()
+    try:
+        reply: tuple[bool, object, Stats] = (True, run_job(job, fs, stats), stats)
+    except Exception as e:
+        reply = (False, e.with_traceback(None), stats)  # its traceback would hold this frame, and the job
+    try:
+        return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # an exception that does not pickle: send its text
+        return pickle.dumps((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}"), stats))
 
 
 _ORPHAN_CHECK_SECONDS: Final = 1.0

@@ -532,7 +532,7 @@ def test_other_threads_run_while_a_flush_job_is_pickled() -> None:
     interpreter lock: a thread that wants it waits for one frame, not for the whole memtable (83-93 ms for
     64 MiB of 100-byte values pickled in one call)."""
     mem = MemTable()
-    for i in range(40_000):  # about 5 MiB of versions: 80 frames
+    for i in range(200_000):  # about 25 MiB of versions: 400 frames, 20-30 ms, room for the scheduler to run both
         mem.add(b"k%08d" % i, i + 1, KIND_VALUE, b"v" * 100)
     job = worker.FlushJob(scratch="unused", memtable=mem, snapshots=[], block_size=4096, bits_per_key=10.0)
     ticks = 0
@@ -555,6 +555,8 @@ def test_other_threads_run_while_a_flush_job_is_pickled() -> None:
     ticker = threading.Thread(target=tick)
     ticker.start()
     try:
+        while not ticks:  # the other thread is running, and from now on asks for the lock
+            time.sleep(0.001)
         worker.pickle_job(job, write)
     finally:
         stop.set()

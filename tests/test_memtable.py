@@ -221,6 +221,79 @@ def test_a_read_between_any_two_steps_of_an_add_sees_every_version_added_before(
     check()
 
 
+def test_adds_between_the_looks_of_one_read_hide_no_version_added_before_it() -> None:
+    """The reader's half of the test above, which runs each read whole between two steps of an add: a read or a
+    scan looks at a key's newest version, then at its older ones, and the writer may run between any two looks.
+    Here one to three whole adds (of a key read, a key's second version, a new key) run right after each look in
+    turn: a read at a sequence number taken before, and a scan, must still find exactly what was added before.
+    With the older versions looked at first (in `get`, or either way of `iter`), it fails."""
+    rng = random.Random(3)
+    script = []  # (key, seq, kind, value): the writer's adds, in order
+    for seq in range(1, 16):
+        key, kind = rng.choice([b"a", b"b", b"c"]), KIND_DELETE if seq % 5 == 0 else KIND_VALUE
+        script.append((key, seq, kind, b"" if kind == KIND_DELETE else b"v%d" % seq))
+    script.append((b"a\x00", 16, KIND_VALUE, b"new"))
+    looks = 0  # lookups into either dict since the read began
+    at, burst, added = 0, 0, 0  # after the `at`-th look, add script[added : added + burst]
+
+    class Looked(dict):  # type: ignore[type-arg]
+        def get(self, key: object, default: object = None) -> object:
+            found = super().get(key, default)
+            self.looked()
+            return found
+
+        def __getitem__(self, key: object) -> object:
+            found = super().__getitem__(key)
+            self.looked()
+            return found
+
+        @staticmethod
+        def looked() -> None:
+            nonlocal looks, added
+            looks += 1
+            if looks == at:
+                for version in script[added : added + burst]:
+                    mem.add(*version)  # the table being read; its own looks count past `at`
+                added += burst
+
+    def fresh(done: int) -> MemTable:
+        nonlocal looks, added
+        table = MemTable()
+        table._latest = Looked()
+        table._lookup = table._latest.get
+        table._older = Looked()
+        table._older_of = table._older.get
+        looks, added = -(1 << 30), done  # no adds from the looks of these; the read's count from 0
+        for version in script[:done]:
+            table.add(*version)
+        return table
+
+    runs = 0
+    for done in range(len(script)):
+        before = script[:done]
+        for read in [(key, seq) for key in (b"a", b"b", b"c") for seq in range(done + 1)] + [False, True]:
+            for burst in (1, 2, 3):
+                at = 0
+                while True:  # after each look of the read in turn, until it makes no more
+                    at += 1
+                    mem = fresh(done)
+                    looks = 0
+                    if isinstance(read, tuple):
+                        key, seq = read
+                        visible = [(kind, value) for k, s, kind, value in before if k == key and s <= seq]
+                        assert mem.get(key, seq) == (visible[-1] if visible else None), (read, done, at, burst)
+                    else:
+                        seen = [(k, t >> 8) for k, t, _ in mem.iter(reverse=read)]
+                        order = sorted(seen, key=lambda ks: (ks[0], -ks[1]), reverse=read)
+                        assert seen == order and len(seen) == len(set(seen)), (read, done, at, burst)
+                        want = sorted(((k, s) for k, s, _, _ in before), key=lambda ks: (ks[0], -ks[1]), reverse=read)
+                        assert [ks for ks in seen if ks[1] <= done] == want, (read, done, at, burst)
+                    runs += 1
+                    if looks < at:
+                        break
+    assert runs > 3000  # about 3,900 reads and scans
+
+
 @settings(max_examples=50)
 @given(st.lists(st.binary(max_size=3), min_size=1, max_size=40, unique=True), st.data())
 def test_reverse_iteration_from_stop_bound(keys: list[bytes], data: st.DataObject) -> None:

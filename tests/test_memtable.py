@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import random
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -303,3 +307,82 @@ def test_reverse_iteration_from_stop_bound(keys: list[bytes], data: st.DataObjec
     stop = data.draw(st.sampled_from(keys))
     got = [key for key, _, _ in mem.iter(stop=stop, reverse=True)]
     assert got == sorted((k for k in keys if k < stop), reverse=True)
+
+
+few_keys = st.sampled_from([b"", b"a", b"a\x00", b"b", b"c"])
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), few_keys, st.sampled_from([KIND_VALUE, KIND_DELETE])),
+        st.tuples(st.just("scan"), st.none() | few_keys, st.none() | few_keys, st.booleans()),
+        st.tuples(st.just("next"), st.integers(0, 3), st.integers(1, 3)),
+        st.tuples(st.just("add_at_cursor"), st.integers(1, 3)),
+        st.tuples(st.just("read"), few_keys, st.integers(0, 60)),
+        st.tuples(st.just("pickle"), st.none()),
+    ),
+    min_size=10,
+    max_size=60,
+)
+
+
+@settings(max_examples=400)
+@given(steps)
+def test_suspended_scans_reads_and_copies_between_adds_match_a_model(
+    script: list[tuple[Any, ...]],
+) -> None:
+    """Scans left suspended (bounded or not, either way, chunks of 2 keys) while adds go on, also of the key a
+    scan stands on; reads and pickled copies in between.  A scan returns every version added before it began,
+    in order, once each, and of each key exactly the versions up to the newest it returned."""
+    mem = MemTable()
+    model: list[tuple[bytes, int, int, bytes]] = []
+    scans: list[
+        tuple[Iterator[tuple[bytes, int, bytes]], list[tuple[bytes, int, bytes]], int, bytes | None, bytes | None, bool]
+    ] = []
+    cursor: bytes | None = None  # the key the last scan stepped returned last
+
+    def add(key: bytes, kind: int) -> None:
+        seq = len(model) + 1
+        value = b"" if kind == KIND_DELETE else b"v%d" % seq
+        mem.add(key, seq, kind, value)
+        model.append((key, seq, kind, value))
+
+    with mock.patch.multiple("minilsm.memtable", _FIRST_CHUNK=2, _MAX_CHUNK=4):
+        for step in script:
+            if step[0] == "add":
+                add(step[1], step[2])
+            elif step[0] == "scan":
+                _, start, stop, reverse = step
+                scans.append((mem.iter(start, stop, reverse), [], len(model), start, stop, reverse))
+            elif step[0] == "next" and scans:
+                it, out = scans[step[1] % len(scans)][:2]
+                out.extend(itertools.islice(it, step[2]))
+                cursor = out[-1][0] if out else cursor
+            elif step[0] == "add_at_cursor" and cursor is not None:
+                for _ in range(step[1]):  # new versions of the key that scan stands on
+                    add(cursor, KIND_VALUE)
+            elif step[0] == "read":
+                key, seq = step[1], min(step[2], len(model))
+                visible = [(kind, value) for k, s, kind, value in model if k == key and s <= seq]
+                assert mem.get(key, seq) == (visible[-1] if visible else None)
+            elif step[0] == "pickle":
+                copy = pickle.loads(pickle.dumps(mem))
+                assert list(copy.entries()) == list(mem.entries()) == model_order(model)
+                assert list(copy.iter(reverse=True)) == list(mem.iter(reverse=True))
+                assert (len(copy), copy.num_keys, copy.approximate_size) == (
+                    len(mem),
+                    mem.num_keys,
+                    mem.approximate_size,
+                )
+        versions = {(k, s << 8 | kind): v for k, s, kind, v in model}
+        for it, out, began, start, stop, reverse in scans:
+            out.extend(it)
+            rows = [(k, t) for k, t, _ in out]
+            assert rows == sorted(rows, key=lambda kt: (kt[0], -kt[1]), reverse=reverse) and len(set(rows)) == len(rows)
+            assert all(versions[k, t] == v for k, t, v in out)
+            inside = [
+                r for r in model_order(model) if (start is None or r[0] >= start) and (stop is None or r[0] < stop)
+            ]
+            newest = {k: t for k, t in sorted(rows, key=lambda kt: kt[1])}  # of each key, the newest returned
+            assert sorted(rows) == sorted((k, t) for k, t, _ in inside if t <= newest.get(k, -1))
+            assert all(k in newest and t <= newest[k] for k, t, _ in inside if t >> 8 <= began)
+    assert list(mem.entries()) == model_order(model)
+    assert list(mem.iter(reverse=True)) == model_order(model)[::-1]

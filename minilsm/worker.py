@@ -76,7 +76,7 @@ SEND_BYTES: Final = 1 << 20
 """Bytes of a job's pickle written to the worker's pipe at once, and the size asked of the pipe (Linux's
 ``F_SETPIPE_SZ``; its default is 64 KiB).  Each write lets go of the interpreter lock and must take it back,
 which can wait a switch interval (5 ms) for a thread that runs meanwhile: with a writer thread busy, a flush job
-of a 4 MiB memtable took 430-460 ms through 64 KiB at a time, against 160 ms through 1 MiB."""
+of a 4 MiB memtable took 430-460 ms through 64 KiB at a time, against 160-195 ms through 1 MiB."""
 MAX_FAILURES: Final = 3
 """A worker that fails this many jobs in a row (dies, or cannot start) is not tried again in this process; nor is
 one whose `sys.executable` is not a Python interpreter (an embedded Python)."""
@@ -323,11 +323,10 @@ class Worker:
 
         A flush job carries a memtable, megabytes where the pipe holds 1 MiB (`SEND_BYTES`; 64 KiB if the system
         refuses that): a blocking write would wait for as long as the worker does not read (stopped by SIGSTOP, or
-        stuck), and hold up close() with it.  So the
-        pipe is written without blocking, `SEND_BYTES` at a time, and the worker unpickles the frames as they come.  If
-        `meanwhile` raises, the job is abandoned (the worker, which holds part of it, is killed) and its exception
-        propagates, as while waiting for the reply; so does a failure of the pipe or of the pickler, as `_broken`
-        reports it.
+        stuck), and hold up close() with it.  So the pipe is written without blocking, `SEND_BYTES` at a time, and
+        the worker unpickles the frames as they come.  If `meanwhile` raises, the job is abandoned (the worker,
+        which holds part of it, is killed) and its exception propagates, as while waiting for the reply; so does a
+        failure of the pipe or of the pickler, as `_broken` reports it.
         """
         try:
             fd = stdin.fileno()

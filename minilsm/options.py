@@ -49,7 +49,8 @@ class Options:
     """Approximate bytes of the memtable before it is frozen and flushed to a table.  Counted as encoded bytes:
     the memtable's Python objects take about 2.4x that with 100-byte values (see `minilsm.memtable`), and a full
     memtable being flushed sits beside the next one.  With `compaction_worker`, the worker process holds its own
-    copy while it flushes one: it peaked at 476 MiB for a 64 MiB memtable of 100-byte values."""
+    copy while it flushes one: it peaked at 341 MiB for a 64 MiB memtable of 100-byte values, and lets it go
+    once done."""
     sync: bool = False
     """fsync the log before acknowledging every write (per-call `sync=` overrides)."""
     background: bool = True

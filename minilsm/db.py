@@ -879,36 +879,49 @@ class DB(_Scans):
             pstart, pstop = prefix_bounds(check_key(prefix))
             start = pstart if start is None else max(start, pstart)
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
+        if not (include_key or include_value):
+            raise ValueError("include_key and include_value cannot both be False")
         while True:
             at = self._last_seq if seq is None else seq
             mem, imm, version = self._mem, self._imm, self._version
             # As in `_get`: a version installed after `at` was read may lack a version `at` sees.
             if seq is not None or version.installed_at <= at:
                 break
-        # An empty memtable adds nothing to merge: whatever it gets later has a sequence number
-        # above `at`, and a Version never changes.  Nor does a table outside the range.
-        sources: list[Iterator[Entry]] = [
-            m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty
-        ]
-        sources += [t.iter(start, stop, reverse) for t in version.levels[0] if _meets(t, start, stop)]
-        for tables in version.levels[1:]:
-            # Disjoint and sorted by key: the tables meeting the range are a slice, found by bisection
-            # (O(log tables), where a test of each table would cost O(tables) per seek in a big level).
-            lo = 0 if start is None else bisect_left(tables, start, key=_LARGEST)
-            hi = len(tables) if stop is None else bisect_left(tables, stop, key=_SMALLEST)
-            if lo < hi:
-                # One source, each table opened when the scan reaches it.
-                ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
-                sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
-        pin = _Pin(sources, version, self._released_superseded_version)
-        pairs = merge_visible(sources, at, reverse, pin.release, pin)
+        pin = _Pin(self, at, mem, imm, version)
         self._pins.add(weakref.ref(pin, self._pins.discard))
         # Asked after the pin is listed: a close that began before it was may not cancel it.
         if self._closing or self._closed:
             raise self._closed_error()
-        return DBIterator(pairs, pin, include_key, include_value)
+        return DBIterator(pin, start, stop, reverse, include_key, include_value)
 
     _new_iterator = _iterator  # the latest view (`seq` None); a Snapshot's passes its own
+
+    def _merge(
+        self, view: _Pin, start: bytes | None, stop: bytes | None, reverse: bool
+    ) -> tuple[Generator[tuple[bytes, bytes], None, None], _Scan]:
+        """A scan of the keys in [start, stop) of an iterator's `view`, and its handle: one source per memtable,
+        per level-0 table and per deeper level, merged (`merge_visible`).  Nothing is read until its first step.
+        """
+        mem, imm, version = view.mem, view.imm, view.version
+        if version is None:  # the store closed (`_Pin.cancel`) since the caller looked
+            raise ClosedError(view.message or "the iterator is closed")
+        sources: list[Iterator[Entry]] = []
+        if start is None or stop is None or start < stop:
+            # An empty memtable adds nothing to merge: whatever it gets later has a sequence number
+            # above the view's, and a Version never changes.  Nor does a table outside the range.
+            sources += [m.iter(start, stop, reverse) for m in (mem, imm) if m is not None and not m.empty]
+            sources += [t.iter(start, stop, reverse) for t in version.levels[0] if _meets(t, start, stop)]
+            for tables in version.levels[1:]:
+                # Disjoint and sorted by key: the tables meeting the range are a slice, found by bisection
+                # (O(log tables), where a test of each table would cost O(tables) per seek in a big level).
+                lo = 0 if start is None else bisect_left(tables, start, key=_LARGEST)
+                hi = len(tables) if stop is None else bisect_left(tables, stop, key=_SMALLEST)
+                if lo < hi:
+                    # One source, each table opened when the scan reaches it.
+                    ordered = reversed(tables[lo:hi]) if reverse else tables[lo:hi]
+                    sources.append(concat(t.iter(start, stop, reverse) for t in ordered))
+        scan = _Scan(sources, view)
+        return merge_visible(sources, view.at, reverse, scan), scan
 
     def _released_superseded_version(self) -> None:
         """An iterator let go of a version that compaction has replaced: delete what only it held."""
@@ -1720,38 +1733,103 @@ class _Relocked(_Unlocked):
 
 
 class DBIterator(Generic[_Item]):
-    """An ordered iterator over a fixed view of the store; holds its tables until closed or exhausted.
+    """An ordered iterator over a fixed view of the store: `next`, and plyvel's `prev`, `seek`, `seek_to_start`
+    and `seek_to_stop`.
 
-    `iter()` hands out the merging generator itself (or a C `map` over it for
-    keys or values alone), so a loop over the iterator costs one generator
-    step per key; `next()` on the iterator costs one method call more.  Once
-    its store closes, the next step raises `ClosedError` (a loop already
-    running gets it too), and so does every use of the iterator after that.
+    It stands between two keys, as plyvel's does: `next()` yields the item after that place and moves past it,
+    `prev()` yields the one before it and moves back (a `reverse` iterator's `next` moves back and its `prev`
+    forward), and the seeks move the place.  It stays within its range, and its view (the memtables and
+    tables of the moment it was made) is held until it is closed or dropped, as a LevelDB iterator holds its
+    version.
+
+    `iter()` hands out the merging generator itself (or a C `map` over it for keys or values alone), so a loop
+    over the iterator costs one generator step per key; `next()` costs one method call more.  A seek, and a
+    step in the other direction than the last, starts a new merge at the iterator's place: O(sources), and a
+    block read per source at its first step, as LevelDB's iterator re-seeks its sources when it changes
+    direction.  A `for` loop stepping the iterator when that happens raises `ClosedError` at its next step,
+    rather than go on from the old place.  Once the store closes, the next step raises `ClosedError` (a loop
+    already running too), and so does every use of the iterator after that.
     """
 
-    __slots__ = ("_gen", "_it", "_pin")
+    __slots__ = (
+        "_closed", "_forward", "_gen", "_it", "_origin", "_pick", "_pin", "_reverse", "_scan", "_start", "_stop",
+    )  # fmt: skip
 
     def __init__(
-        self, pairs: Generator[tuple[bytes, bytes], None, None], pin: _Pin, include_key: bool, include_value: bool
+        self,
+        pin: _Pin,
+        start: bytes | None,
+        stop: bytes | None,
+        reverse: bool,
+        include_key: bool,
+        include_value: bool,
     ) -> None:
         self._pin = pin
-        self._gen = pairs
+        self._start = start  # the range [start, stop), None for unbounded, after the include_* flags
+        self._stop = stop
+        self._reverse = reverse
+        self._pick = None if include_key and include_value else itemgetter(0 if include_key else 1)
+        self._closed = False
+        self._open(stop if reverse else start or b"", not reverse)
+
+    def _open(self, gap: bytes | None, forward: bool) -> None:
+        """Start a merge at `gap` (a key the place lies just before; None: past every key), forward or backward."""
+        start, stop = self._start, self._stop
+        if forward:
+            if gap is None:
+                start = stop = b""  # nothing lies after the end
+            elif start is None or gap > start:
+                start = gap
+        elif gap is not None and (stop is None or gap < stop):
+            stop = gap
+        self._gen, self._scan = self._pin.merge(start, stop, not forward)
         it: Any  # an Iterator[_Item], `_Item` as `_Scans.iterator`'s overloads pick it from the same two flags
-        if include_key and include_value:
-            it = pairs
-        elif include_key:
-            it = map(itemgetter(0), pairs)
-        elif include_value:
-            it = map(itemgetter(1), pairs)
-        else:
-            raise ValueError("include_key and include_value cannot both be False")
+        it = self._gen if self._pick is None else map(self._pick, self._gen)
         self._it: Iterator[_Item] = it
+        self._forward = forward  # in key order
+        self._origin = gap
+
+    def _place(self) -> bytes | None:
+        """The key the iterator stands just before (None: past every key): where its merge began, or by the key
+        that merge yielded last."""
+        last = self._scan.last
+        if last is None:
+            return self._origin
+        return last + b"\x00" if self._forward else last  # k + b"\x00" is the key right after k
+
+    def _move(self, gap: bytes | None, forward: bool) -> None:
+        """Stand just before `gap`, to step forward or backward from there; ends the merge under way."""
+        if self._closed:
+            raise ClosedError("the iterator is closed")
+        self._pin.check()
+        self._scan.cancel(_MOVED)  # a loop stepping it raises, not goes on from the old place
+        self._open(gap, forward)
+
+    def _turn(self) -> None:
+        """Step the other way from here: `prev` after `next`, or `next` after `prev`."""
+        if not self._closed:  # closed, the step ends the iteration as `next` does
+            self._move(self._place(), not self._forward)
 
     def __iter__(self) -> Iterator[_Item]:
         self._pin.check()
+        if self._forward is self._reverse:  # the last step was `prev`
+            self._turn()
         return self._it
 
     def __next__(self) -> _Item:
+        return self._step(self._forward is self._reverse)  # turn if the last step was `prev`
+
+    def prev(self) -> _Item:
+        """Step back: the item before the iterator's place (after it, for a reverse iterator), as plyvel's `prev`.
+
+        Raises StopIteration at the start of the range (the end, reversed).  After `next` yielded an item,
+        `prev` yields that item again.
+        """
+        return self._step(self._forward is not self._reverse)  # turn if the last step was `next`
+
+    def _step(self, turn: bool) -> _Item:
+        if turn:
+            self._turn()
         try:
             return next(self._it)
         except StopIteration:
@@ -1759,20 +1837,37 @@ class DBIterator(Generic[_Item]):
             self._pin.check()
             raise
 
-    def close(self) -> None:
-        """Release the tables this iterator pinned.  Further `next` calls, and loops already running, stop.
+    def seek(self, target: BytesLike) -> None:
+        """Stand just before `target`: `next` then yields the first item at or after it, and `prev` the last one
+        before it (the other way round for a reverse iterator), within the iterator's range, as plyvel's `seek`."""
+        self._move(check_key(target), not self._reverse)
 
-        Once the store is closed, `next` raises `ClosedError` instead.  Closing twice is harmless.
+    def seek_to_start(self) -> None:
+        """Stand before the first key of the range, as plyvel's `seek_to_start`."""
+        self._move(self._start or b"", not self._reverse)
+
+    def seek_to_stop(self) -> None:
+        """Stand after the last key of the range, as plyvel's `seek_to_stop`."""
+        self._move(self._stop, not self._reverse)
+
+    def close(self) -> None:
+        """Release the view this iterator holds.  Further `next` calls, and loops already running, stop.
+
+        Once the store is closed, `next` raises `ClosedError` instead; a seek on a closed iterator raises
+        `ClosedError` either way.  Closing twice is harmless.
 
         A step running in another thread at this moment cannot be stopped from here: that
-        thread's loop runs on to its end, and the tables stay pinned until then.
+        thread's loop runs on to its end, and the view is held until the iterator is dropped.
         """
+        if self._closed:
+            return
+        self._closed = True
         self._it = iter(())
         try:
             self._gen.close()
         except ValueError:  # "generator already executing"
-            return  # the generator releases the pin when it runs out (or the pin goes when it is dropped)
-        self._pin.drop()  # the scan keeps its heap and sources in the pin, which this iterator keeps
+            return
+        self._scan.drop()  # the scan keeps its heap and sources in its handle, which this iterator keeps
         self._pin.release()
 
     def __enter__(self) -> Self:
@@ -1786,40 +1881,81 @@ class DBIterator(Generic[_Item]):
         raise TypeError("a minilsm.DBIterator cannot be pickled or copied; make another with iterator(start=...)")
 
 
-class _Pin(ScanHandle):
-    """The version a `DBIterator` reads, released once: on `close` or when the merge runs out; and its scan's handle.
+_MOVED: Final = (
+    "the iterator this loop was stepping has moved (a seek, or a step the other way): loop over it again to go "
+    "on from its new place"
+)
 
-    The merging generator holds the pin's `release`, not the iterator, so dropping an
-    unclosed iterator frees the version at once (no reference cycle to wait for).  The
-    store lists its pins weakly, to `cancel` every live scan when it closes.
+
+class _Pin:
+    """What a `DBIterator` reads: the memtables and version of one moment, and the sequence number it reads at.
+
+    Held until the iterator is closed (`release`) or dropped, so that it can seek and turn.  Each merge of
+    the view is a `_Scan`, which holds the pin while a loop may step it; the pin refers to its latest scan
+    weakly (no reference cycle: dropping an unclosed iterator frees the view at once).  The store lists
+    its pins weakly, to `cancel` every live iterator when it closes.
     """
 
-    __slots__ = ("_on_release", "version")
+    __slots__ = ("__weakref__", "_db", "_scan", "at", "imm", "mem", "message", "version")
 
-    def __init__(
-        self, sources: list[Iterator[Entry]], version: Version | None, on_release: Callable[[], None] | None
-    ) -> None:
-        super().__init__(sources)
-        self.version = version  # keeps the tables it reads from being deleted
-        self._on_release = on_release
+    def __init__(self, db: DB, at: int, mem: MemTable, imm: MemTable | None, version: Version) -> None:
+        self._db: DB | None = db
+        self.at = at
+        self.mem: MemTable | None = mem
+        self.imm = imm
+        self.version: Version | None = version  # keeps the tables it reads from being deleted
+        self.message: str | None = None  # set by `cancel`: the ClosedError's message
+        self._scan: weakref.ref[_Scan] | None = None
+
+    def merge(
+        self, start: bytes | None, stop: bytes | None, reverse: bool
+    ) -> tuple[Generator[tuple[bytes, bytes], None, None], _Scan]:
+        """A new scan of [start, stop) of the view (`DB._merge`) and its handle; `ClosedError` once closed."""
+        db = self._db
+        if db is None:
+            raise ClosedError(self.message or "the iterator is closed")
+        pairs, scan = db._merge(self, start, stop, reverse)
+        self._scan = weakref.ref(scan)
+        if self.message is not None:  # the store closed meanwhile, and `cancel` may have missed this scan
+            scan.cancel(self.message)
+        return pairs, scan
+
+    def check(self) -> None:
+        """Raise `ClosedError` once the store has closed.  O(1)."""
+        if self.message is not None:
+            raise ClosedError(self.message)
 
     def cancel(self, message: str) -> None:
-        """The store is closing (its mutex held): end the scan, and drop the version without the callback."""
-        self._on_release = None  # it would take the mutex; and a closed store deletes nothing
-        self.version = None
-        super().cancel(message)
+        """The store is closing (its mutex held): end the scan, and drop the view without deleting anything."""
+        self.message = message  # first, so a `merge` that the lines below miss sees it
+        self._db = None  # `release` would take the mutex; and a closed store deletes nothing
+        self.version = self.mem = self.imm = None
+        scan = self._scan() if self._scan is not None else None
+        if scan is not None:
+            scan.cancel(message)
 
     def release(self) -> None:
         version, self.version = self.version, None
-        on_release = self._on_release  # read once: a close in another thread may clear it meanwhile
-        if version is None or on_release is None:
+        self.mem = self.imm = None
+        db = self._db  # read once: a close in another thread may clear it meanwhile
+        if version is None or db is None:
             return
         # The store deletes files only no live Version holds, so let go of ours before
         # asking; and ask only if the store has moved on (a sweep lists the directory).
         superseded = version.superseded
         del version
         if superseded:
-            on_release()
+            db._released_superseded_version()
+
+
+class _Scan(ScanHandle):
+    """The handle of one merge of a `_Pin`'s view, which it holds for as long as a loop may step the merge."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, sources: list[Iterator[Entry]], view: _Pin) -> None:
+        super().__init__(sources)
+        self.view = view
 
 
 class Snapshot(_Scans):

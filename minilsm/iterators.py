@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from heapq import heapify, heapreplace
 from itertools import chain
 from operator import itemgetter
@@ -83,12 +83,14 @@ class ScanHandle:
     `cancel` O(sources); nothing per key.
     """
 
-    __slots__ = ("__weakref__", "_heap", "message", "sources")
+    __slots__ = ("__weakref__", "_heap", "last", "message", "sources")
 
     def __init__(self, sources: list[Iterator[Entry]]) -> None:
         self.sources = sources  # the scan's own list, which `cancel` empties
         self._heap: list[Any] = []
         self.message: str | None = None  # set by `cancel`: the ClosedError's message
+        self.last: bytes | None = None
+        """The key the scan yielded last (None before the first): where an iterator stepping it stands."""
 
     def cancel(self, message: str) -> None:
         """Make the scan's next step raise `ClosedError(message)`, and let go of its sources now.
@@ -121,7 +123,6 @@ def merge_visible(
     sources: list[Iterator[Entry]],
     seq: int,
     reverse: bool = False,
-    on_end: Callable[[], None] | None = None,
     handle: ScanHandle | None = None,
 ) -> Generator[tuple[bytes, bytes], None, None]:
     """(key, value) for each user key of the merged sources whose newest version with sequence <= `seq` is a value.
@@ -132,10 +133,11 @@ def merge_visible(
     O(log s) for s sources) and a few comparisons; a key's run of versions is
     decided when the run ends, shadowed versions and tombstones are skipped.
     A source is dropped from the heap once it runs dry.  An `OSError` from a
-    source becomes `StoreIOError`.  `on_end` is called once every source is
-    exhausted (not when the consumer stops early).  A `handle` made from the
+    source becomes `StoreIOError`.  A `handle` made from the
     same list (``ScanHandle(sources)``) can end the scan: once it is
-    cancelled, the scan's next step raises `ClosedError`.
+    cancelled, the scan's next step raises `ClosedError`.  The handle also
+    holds the key yielded last (`ScanHandle.last`), where an iterator that
+    seeks or turns around takes up from.
     """
     if handle is None:
         handle = ScanHandle(sources)
@@ -169,6 +171,7 @@ def merge_visible(
         key, trailer, value = top[1]
         if key != cur:
             if best >= 0 and best & 0xFF == KIND_VALUE:
+                handle.last = cur
                 yield cur, best_value  # type: ignore[misc]  # cur is bytes whenever best >= 0
             cur, best = key, -1
         if best < trailer <= limit:
@@ -187,10 +190,9 @@ def merge_visible(
             continue
         replace(heap, top)
     if best >= 0 and best & 0xFF == KIND_VALUE:
+        handle.last = cur
         yield cur, best_value  # type: ignore[misc]
     check()  # cancelled after the last step
-    if on_end is not None:
-        on_end()
 
 
 def _fill(heap: list[Any], sources: list[Iterator[Entry]]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from bisect import bisect_left
 
 import minilsm
 from minilsm.db import DB
@@ -112,3 +113,48 @@ class PreadLog(FileSystem):
 
 
 __all__ = ["LoggedFile", "PreadLog", "check_invariants", "crash", "fast_tmp_dir", "minilsm", "small_options"]
+
+
+class Cursor:
+    """The model of a `DBIterator` moved by `next`, `prev` and the seeks: plyvel's place between two keys.
+
+    `items` are the (key, value) pairs of the iterator's range, in key order.  The place is a key `gap`
+    that it stands just before (b"": before every key; None: after every key): a step forward takes the
+    first pair at or after it and moves past that key, a step back takes the last pair before it and stands
+    just before that key.  A reverse iterator's `next` steps back and its `prev` forward; a seek puts the
+    place at its target either way.  plyvel 1.5.1 (LevelDB 1.22) answers so, but for a step back after a
+    seek to the start or below it (test_plyvel_parity.py, which checks the store against plyvel itself).
+    """
+
+    def __init__(self, items: list[tuple[bytes, bytes]], start: bytes | None, stop: bytes | None, reverse: bool):
+        self.items = items
+        self.keys = [k for k, _ in items]
+        self.start = start or b""
+        self.stop = stop
+        self.reverse = reverse
+        self.gap: bytes | None = stop if reverse else self.start
+
+    def _forward(self) -> tuple[bytes, bytes] | None:
+        i = len(self.keys) if self.gap is None else bisect_left(self.keys, self.gap)
+        if i == len(self.keys):
+            return None
+        self.gap = self.keys[i] + b"\x00"
+        return self.items[i]
+
+    def _backward(self) -> tuple[bytes, bytes] | None:
+        i = (len(self.keys) if self.gap is None else bisect_left(self.keys, self.gap)) - 1
+        if i < 0:
+            return None
+        self.gap = self.keys[i]
+        return self.items[i]
+
+    def next(self) -> tuple[bytes, bytes] | None:
+        """The pair `next` yields, or None where it raises StopIteration."""
+        return self._backward() if self.reverse else self._forward()
+
+    def prev(self) -> tuple[bytes, bytes] | None:
+        return self._forward() if self.reverse else self._backward()
+
+    def seek(self, target: bytes | None) -> None:
+        """`seek(target)`; `seek_to_start` is ``seek(self.start)`` and `seek_to_stop` ``seek(self.stop)``."""
+        self.gap = target

@@ -156,6 +156,81 @@ def test_iterator_open_and_closed_ends_as_plyvel(db: minilsm.DB) -> None:
         ]
 
 
+def test_an_iterator_moves_as_plyvels_does(db: minilsm.DB) -> None:
+    """next, prev and the seeks, each answer as plyvel 1.5.1 gave it on the same keys (the answers
+    test_plyvel_parity.py gets from plyvel itself): the iterator stands between two keys."""
+    for k in [b"a", b"b", b"c", b"d"]:
+        db.put(k, k.upper())
+    db.flush()  # b and c in a table, a and d in the memtable: each move merges both
+    db.put(b"a", b"A")
+    db.put(b"d", b"D")
+
+    def stop(step: Callable[[], object]) -> bool:
+        with pytest.raises(StopIteration):
+            step()
+        return True
+
+    it = db.iterator()
+    assert [next(it), next(it), it.prev(), it.prev()] == [(b"a", b"A"), (b"b", b"B"), (b"b", b"B"), (b"a", b"A")]
+    assert stop(it.prev) and next(it) == (b"a", b"A")
+    it.seek(b"bb")
+    assert next(it) == (b"c", b"C")
+    it.seek(b"b")
+    assert it.prev() == (b"a", b"A")
+    it.seek_to_stop()
+    assert stop(it.__next__) and it.prev() == (b"d", b"D")
+    assert next(it) == (b"d", b"D") and stop(it.__next__) and stop(it.__next__)
+    assert it.prev() == (b"d", b"D")  # run out, it still stands after the last key
+    it.seek_to_start()
+    assert list(it) == [(b"a", b"A"), (b"b", b"B"), (b"c", b"C"), (b"d", b"D")]  # a loop goes on from the place
+
+    ranged = db.iterator(start=b"b", stop=b"d", include_value=False)
+    ranged.seek(b"a")  # clamped to the range, both ways
+    assert next(ranged) == b"b"
+    ranged.seek(b"z")
+    assert stop(ranged.__next__) and ranged.prev() == b"c"
+
+    back = db.iterator(reverse=True, include_key=False)  # next steps back, prev forward
+    assert [next(back), next(back), back.prev()] == [b"D", b"C", b"C"]
+    back.seek(b"b")
+    assert next(back) == b"A"
+    back.seek(b"b")
+    assert back.prev() == b"B"
+    back.seek_to_start()
+    assert stop(back.__next__) and back.prev() == b"A"
+
+    with db.snapshot() as snap:
+        db.delete(b"c")
+        frozen = snap.iterator(start=b"b")
+        frozen.seek(b"c")
+        assert next(frozen) == (b"c", b"C")  # the snapshot's view, however often it moves
+        assert db.iterator(start=b"b", include_value=False).__next__() == b"b"
+
+    it.close()
+    assert stop(it.__next__) and stop(it.prev)
+    with pytest.raises(minilsm.ClosedError, match="the iterator is closed"):
+        it.seek(b"a")
+    with pytest.raises(TypeError):
+        ranged.seek("b")  # type: ignore[arg-type]
+
+
+def test_a_loop_over_an_iterator_that_moves_raises_at_its_next_step(db: minilsm.DB) -> None:
+    """plyvel's loop steps the iterator, so it follows a seek made in its body; here the loop steps the merge
+    the iterator handed out, which the move ends: the loop says so instead of going on from the old place."""
+    for k in [b"a", b"b", b"c", b"d"]:
+        db.put(k, k)
+    for move in ("seek", "prev"):
+        it = db.iterator(include_value=False)
+        seen = []
+        with pytest.raises(minilsm.ClosedError, match="has moved"):
+            for key in it:
+                seen.append(key)
+                if key == b"b":
+                    it.seek(b"a") if move == "seek" else it.prev()
+        assert seen == [b"a", b"b"]
+        assert list(it) == ([b"a", b"b", b"c", b"d"] if move == "seek" else [b"b", b"c", b"d"])
+
+
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:
     """A gap: `prefix` was tested alone, never narrowed further by `start`/`stop`, and 0xff keys only in a memtable."""
     keys = sorted({b"".join(p) for n in range(4) for p in itertools.product([b"", b"\x00", b"a", b"\xff"], repeat=n)})
@@ -260,7 +335,11 @@ def test_closing_an_iterator_deletes_the_tables_only_it_held(db_path: str) -> No
         assert not pinned & {f"{n:06d}.sst" for n in db.version.numbers()}  # all replaced
         assert pinned <= set(os.listdir(db_path))  # still there: the iterator reads them
         assert len(list(it)) == 299
-        assert not pinned & set(os.listdir(db_path))  # exhausted, so released and deleted
+        assert pinned <= set(os.listdir(db_path))  # run out, but it may seek back: still held, as in LevelDB
+        it.seek_to_start()
+        assert len(list(it)) == 300
+        it.close()
+        assert not pinned & set(os.listdir(db_path))  # closed, so released and deleted
 
 
 def test_snapshot_keeps_the_old_view_through_compaction(db: minilsm.DB) -> None:

@@ -8,9 +8,10 @@ import shutil
 import tempfile
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
-from storeutil import check_invariants, crash, small_options
+from storeutil import Cursor, check_invariants, crash, small_options
 
 import minilsm
 
@@ -24,6 +25,7 @@ class StoreMachine(RuleBasedStateMachine):
     mmap_reads = False
 
     snapshots = Bundle("snapshots")
+    cursors = Bundle("cursors")
 
     def __init__(self) -> None:
         super().__init__()
@@ -31,6 +33,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.model: dict[bytes, bytes] = {}
         self.snaps: dict[int, tuple[minilsm.DB, minilsm.Snapshot, dict[bytes, bytes]]] = {}
         self.next_snap = 0
+        # Iterators left open while the store changes: each with its model and what it yields of a pair.
+        self.cursors: dict[int, tuple[minilsm.DBIterator[object], Cursor, slice]] = {}
+        self.next_cursor = 0
         self.db = self._open()
 
     def _open(self) -> minilsm.DB:
@@ -135,6 +140,101 @@ class StoreMachine(RuleBasedStateMachine):
         it.close()
         assert next(it, None) is None and list(it) == []
 
+    # -- iterators left open, moved by next, prev, seeks and loops --
+    @rule(
+        target=cursors,
+        start=st.none() | keys,
+        stop=st.none() | keys,
+        reverse=st.booleans(),
+        shape=st.sampled_from([slice(0, 2), slice(0, 1), slice(1, 2)]),  # pairs, keys alone, values alone
+        snap=st.none() | snapshots,
+    )
+    def open_cursor(
+        self, start: bytes | None, stop: bytes | None, reverse: bool, shape: slice, snap: int | None
+    ) -> int:
+        store: minilsm.DB | minilsm.Snapshot = self.db
+        view = self.model
+        if snap is not None and snap in self.snaps:
+            _, store, view = self.snaps[snap]
+        items = sorted((k, v) for k, v in view.items() if (start is None or k >= start) and (stop is None or k < stop))
+        it = store.iterator(
+            start=start, stop=stop, reverse=reverse, include_key=shape.start == 0, include_value=shape.stop == 2
+        )
+        self.next_cursor += 1
+        self.cursors[self.next_cursor] = (it, Cursor(items, start, stop, reverse), shape)
+        return self.next_cursor
+
+    def _shaped(self, pair: tuple[bytes, bytes] | None, shape: slice) -> object:
+        if pair is None:
+            return None
+        return pair if shape == slice(0, 2) else pair[shape][0]
+
+    @rule(i=cursors, back=st.booleans(), n=st.integers(1, 4))
+    def cursor_step(self, i: int, back: bool, n: int) -> None:
+        if i not in self.cursors:
+            return  # closed, or ended by a reopen
+        it, model, shape = self.cursors[i]
+        for _ in range(n):
+            expect = self._shaped(model.prev() if back else model.next(), shape)
+            got = (it.prev() if back else next(it)) if expect is not None else None
+            if expect is None:
+                with pytest.raises(StopIteration):
+                    it.prev() if back else next(it)
+            assert got == expect
+
+    @rule(i=cursors, n=st.integers(0, 5))
+    def cursor_loop(self, i: int, n: int) -> None:
+        """A `for` loop over the iterator goes on from its place, and moves it."""
+        if i not in self.cursors:
+            return
+        it, model, shape = self.cursors[i]
+        got: list[object] = []
+        if n:
+            for item in it:
+                got.append(item)
+                if len(got) == n:
+                    break
+        expect = []
+        for _ in range(n):
+            pair = model.next()
+            if pair is None:
+                break
+            expect.append(self._shaped(pair, shape))
+        assert got == expect
+
+    @rule(i=cursors, to=keys | st.sampled_from(["start", "stop"]))
+    def cursor_seek(self, i: int, to: bytes | str) -> None:
+        if i not in self.cursors:
+            return
+        it, model, _ = self.cursors[i]
+        if to == "start":
+            it.seek_to_start()
+            model.seek(model.start)
+        elif to == "stop":
+            it.seek_to_stop()
+            model.seek(model.stop)
+        else:
+            assert isinstance(to, bytes)
+            it.seek(to)
+            model.seek(to)
+
+    @rule(i=consumes(cursors))
+    def cursor_close(self, i: int) -> None:
+        if i in self.cursors:
+            it = self.cursors.pop(i)[0]
+            it.close()
+            assert next(it, None) is None
+            with pytest.raises(minilsm.ClosedError):
+                it.seek(b"")
+
+    def _end_cursors(self) -> None:
+        """A store's close ends its iterators: each step and seek raises ClosedError from then on."""
+        for it, _, _ in self.cursors.values():
+            for move in (it.__next__, it.prev, it.seek_to_start):
+                with pytest.raises(minilsm.ClosedError):
+                    move()
+        self.cursors.clear()
+
     # -- maintenance --
     @rule()
     def flush(self) -> None:
@@ -147,11 +247,15 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.db.close()
+        self._end_cursors()
         self.db = self._open()
         self.snaps.clear()
 
     @rule()
     def crash_and_reopen(self) -> None:
+        for it, _, _ in self.cursors.values():
+            it.close()  # a killed process's iterators die with it
+        self.cursors.clear()
         crash(self.db)
         self.db = self._open()
         self.snaps.clear()

@@ -48,12 +48,15 @@ def model(sources: list[list[Entry]], seq: int) -> list[tuple[bytes, bytes]]:
 @given(stores(), st.booleans())
 def test_merge_visible_matches_the_model(store: tuple[list[list[Entry]], int], reverse: bool) -> None:
     sources, seq = store
-    ended = []
     feeds = [iter(s[::-1] if reverse else s) for s in sources]
-    got = list(merge_visible(feeds, seq, reverse, lambda: ended.append(True)))
+    handle = ScanHandle(feeds)
+    merged = merge_visible(feeds, seq, reverse, handle)
+    got = []
+    for pair in merged:
+        assert handle.last == pair[0]  # where an iterator stepping the scan stands
+        got.append(pair)
     expect = model(sources, seq)
     assert got == (expect[::-1] if reverse else expect)
-    assert ended == [True]
 
 
 def test_merge_visible_keeps_a_key_whole_across_sources() -> None:
@@ -98,20 +101,18 @@ def test_merge_visible_turns_a_read_error_into_store_io_error() -> None:
 @pytest.mark.parametrize("taken", [0, 1, 3, 5])  # before the first step, mid-scan, at the last key, after it
 def test_a_cancelled_scan_raises_closed_error_at_its_next_step(reverse: bool, taken: int) -> None:
     """Whatever the scan holds (a key half-merged, the last key yielded), its next step after `cancel` raises
-    ClosedError with the handle's message, `on_end` is not called, and the sources are let go."""
+    ClosedError with the handle's message, and the sources are let go."""
     a = [(b"a", 2 << 8 | 1, b"a2"), (b"a", 1 << 8 | 1, b"a1"), (b"c", 3 << 8 | 1, b"c")]
     b = [(b"a", 4 << 8 | 1, b"a4"), (b"b", 5 << 8 | 1, b"b"), (b"d", 6 << 8 | 1, b"d"), (b"e", 7 << 8 | 1, b"e")]
     sources = [iter(a[::-1] if reverse else a), iter(b[::-1] if reverse else b)]
     handle = ScanHandle(sources)
-    ended: list[bool] = []
-    merged = merge_visible(sources, 9, reverse, lambda: ended.append(True), handle)
+    merged = merge_visible(sources, 9, reverse, handle)
     want = [(b"a", b"a4"), (b"b", b"b"), (b"c", b"c"), (b"d", b"d"), (b"e", b"e")]
     assert [next(merged) for _ in range(taken)] == (want[::-1] if reverse else want)[:taken]
     handle.cancel("the store is closed")
     assert sources == []
     with pytest.raises(ClosedError, match="the store is closed"):
         next(merged)
-    assert not ended
 
 
 def test_merge_visible_refuses_a_handle_made_for_other_sources() -> None:

@@ -38,6 +38,9 @@ def use(db: minilsm.DB, snap: minilsm.Snapshot, wb: minilsm.WriteBatch) -> None:
     assert_type(snap.iterator(b"a", include_key=False), minilsm.DBIterator[bytes])
     with snap.iterator() as it:
         assert_type(next(it), tuple[bytes, bytes])
+        assert_type(it.prev(), tuple[bytes, bytes])
+        it.seek(bytearray(b"k"))
+    assert_type(db.iterator(include_key=False).prev(), bytes)
     assert_type(list(db), list[bytes])
     assert_type(list(snap), list[bytes])
     flag: bool = bool(len(list(db)))

@@ -42,6 +42,9 @@ class Finding:
     message: str
     damage: bool
 
+    def __str__(self) -> str:
+        return f"{'DAMAGE' if self.damage else 'note'}: {self.file}: {self.message}"
+
 
 @dataclass
 class CheckReport:
@@ -65,7 +68,7 @@ class CheckReport:
         self.findings.append(Finding(file, message, False))
 
     def render(self) -> str:
-        lines = [f"{'DAMAGE' if f.damage else 'note'}: {f.file}: {f.message}" for f in self.findings]
+        lines = [str(f) for f in self.findings]
         problems = sum(f.damage for f in self.findings)
         lines.append(
             f"{self.path}: {_count(self.tables_checked, 'table')} ({self.table_bytes_checked:,} bytes) and "
@@ -97,7 +100,7 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
         names = fs.listdir(path)
     except (FileNotFoundError, NotADirectoryError):
         names = []
-    if MANIFEST_NAME not in names and not any(_is_store_file(n) for n in names):
+    if MANIFEST_NAME not in names and not any(is_table_or_log(n) for n in names):
         raise NotFoundError(f"no minilsm store at {path}")
     try:
         lock = fs.lock(f"{path}/{LOCK_NAME}")
@@ -126,7 +129,8 @@ def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
-def _is_store_file(name: str) -> bool:
+def is_table_or_log(name: str) -> bool:
+    """Whether `name` is a table's or a log's file name, as the store writes them."""
     return parse_table_file_name(name) is not None or parse_log_file_name(name) is not None
 
 
@@ -136,7 +140,7 @@ def _is_store_temp_file(name: str) -> bool:
     Any other ``.tmp`` file is not the store's, and the store leaves it alone, as every foreign file.
     """
     base = name.removesuffix(TEMP_SUFFIX)
-    return base != name and (base == MANIFEST_NAME or _is_store_file(base))
+    return base != name and (base == MANIFEST_NAME or is_table_or_log(base))
 
 
 def _check_manifest(fs: FileSystem, path: str, names: list[str], report: CheckReport) -> ManifestState | None:

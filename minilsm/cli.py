@@ -39,6 +39,7 @@ from minilsm.fs import DEFAULT_FS
 from minilsm.keys import check_key, check_value
 from minilsm.manifest import MANIFEST_NAME, manifest_records, replay_manifest
 from minilsm.options import Options
+from minilsm.repair import repair_store
 from minilsm.report import ShowKey, clip, dump_table, format_manifest, format_stats, format_tables, show_bytes, size
 
 EXIT_OK: Final = 0
@@ -270,6 +271,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_NEGATIVE
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    report = repair_store(args.path, bits_per_key=args.bits_per_key, compaction_style=args.compaction_style)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return EXIT_OK if report.ok else EXIT_NEGATIVE
+
+
 # -- the parser -------------------------------------------------------------------
 
 
@@ -394,6 +404,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="PATH")
 
     p = command("check", cmd_check, "verify every checksum of every live file (exit status 1 on damage)")
+    p.add_argument("path", metavar="PATH")
+
+    p = command(
+        "repair",
+        cmd_repair,
+        "rebuild a store that does not open from what can still be read (exit status 1 if damage was found)",
+        [bpk, style],
+    )
     p.add_argument("path", metavar="PATH")
     return parser
 

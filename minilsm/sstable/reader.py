@@ -424,6 +424,15 @@ class TableReader:
     def _closed_error(self) -> ClosedError:
         return ClosedError(f"table {self.path} is closed")
 
+    def block_entries(self, i: int) -> list[Entry]:
+        """Every version of data block `i`, read from the file and checked (``minilsm repair`` skips a block
+        that raises `CorruptionError`).  One `read_block`, O(block size)."""
+        block = self._load_block(i)
+        try:
+            return block.entries()
+        except CorruptionError as e:
+            raise self._block_error(e, i) from e
+
     def _block_error(self, e: CorruptionError, i: int) -> CorruptionError:
         return CorruptionError(f"data block {i} at offset {self._offsets[i]}: {e.detail}", self.path)
 

@@ -1,0 +1,301 @@
+"""Rebuilding a damaged store from what can still be read: what ``minilsm repair`` runs (LevelDB's RepairDB).
+
+A store whose manifest is lost or damaged, or one of whose tables or logs is,
+does not open: the open raises `CorruptionError` naming the file, and never
+guesses.  `repair_store` is the guess, made on purpose and reported in full:
+
+* the versions: every data block of every table that reads back whole (a
+  block failing its checksum is skipped; a table whose footer, index or filter
+  is damaged is skipped whole), and every log record before a log's first
+  damage.  With a readable manifest, the tables it lists and the logs it still
+  needs; without one, every table and log in the directory, as LevelDB does;
+* merged by sequence number, not by where they were found, so each key keeps
+  its newest version read (a newer version lost with a damaged block leaves
+  the one before it, as it must: nothing newer is known); tombstones go, since
+  nothing older is left below them;
+* written as new tables in one level (the lowest whose size limit holds them;
+  level 0 for a tiered store), under a new manifest whose last sequence number
+  is the newest read, so new writes come after every version kept.
+
+The new manifest replaces the old one in one rename, so a crash mid-repair
+leaves the store as it was (the new tables are orphans the next open deletes),
+and a repair can simply run again.  Only then are the old tables and logs
+removed; the damaged ones, and a damaged manifest, are moved into ``lost/``
+instead.  A repaired store keeps no snapshot's older versions, and a manifest
+that could not be read may hide that some table was already replaced: such a
+table can bring back values deleted since, as with LevelDB's repair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from minilsm import compaction
+from minilsm.batch import decode_batch
+from minilsm.check import Finding, is_table_or_log
+from minilsm.db import LOCK_NAME
+from minilsm.errors import CorruptionError, LockError, NotFoundError
+from minilsm.fs import FileSystem
+from minilsm.iterators import Entry
+from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
+from minilsm.options import Options
+from minilsm.sstable.builder import TableBuilder, TableMeta
+from minilsm.sstable.format import parse_table_file_name, table_file_name
+from minilsm.sstable.reader import TableReader
+from minilsm.stats import Stats
+from minilsm.wal import log_file_name, parse_log_file_name, read_log
+
+LOST_DIR = "lost"
+"""Where `repair_store` moves the files it could not read whole, inside the store's directory."""
+
+
+@dataclass
+class RepairReport:
+    """What `repair_store` read and kept, and the damage it found; `ok` is True when it found none."""
+
+    path: str
+    manifest: str = "read"
+    """How the manifest was found: "read", "missing", or what was wrong with it."""
+    tables_read: int = 0
+    logs_read: int = 0
+    log_records_read: int = 0
+    versions_read: int = 0
+    keys_kept: int = 0
+    level: int = 0
+    tables_written: list[TableMeta] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    """Files moved into ``lost/``."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def render(self) -> str:
+        lines = [str(f) for f in self.findings]
+        lines += [f"moved to {LOST_DIR}/: {name}" for name in self.moved]
+        written = sum(m.file_size for m in self.tables_written)
+        lines.append(
+            f"{self.path}: manifest {self.manifest}; read {self.tables_read} tables and {self.logs_read} logs "
+            f"({self.log_records_read:,} records), {self.versions_read:,} versions; kept {self.keys_kept:,} keys "
+            f"in {len(self.tables_written)} tables ({written:,} bytes) at level {self.level}: "
+            + ("no damage found" if self.ok else f"{len(self.findings)} problem{'s' * (len(self.findings) > 1)} found")
+        )
+        return "\n".join(lines)
+
+    __str__ = render
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)  # the findings become dicts too
+        d["ok"] = self.ok
+        d["tables_written"] = [table_file_name(m.number) for m in self.tables_written]
+        return d
+
+    def _damage(self, file: str, message: str) -> None:
+        self.findings.append(Finding(file, message, True))
+
+
+def repair_store(path: str | os.PathLike[str], options: Options | None = None, **kwargs: Any) -> RepairReport:
+    """Rebuild the store at `path` from every version that can still be read (see the module docstring).
+
+    `options` (or keyword arguments, as `DB` takes them) give the new tables' sizes, filters and level
+    layout (``compaction_style="tiered"`` for a tiered store).  Raises `NotFoundError` if `path` holds no
+    store, `LockError` if the store is open.  O(store size): every table and log is read once, and every
+    kept version written once.
+    """
+    opts = Options.make(options, **kwargs)
+    fs = opts.fs
+    path = os.path.abspath(os.fsdecode(path))
+    try:
+        names = fs.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    if MANIFEST_NAME not in names and not any(map(is_table_or_log, names)):
+        raise NotFoundError(f"no minilsm store at {path}")
+    try:
+        lock = fs.lock(f"{path}/{LOCK_NAME}")
+    except BlockingIOError:
+        raise LockError(f"{path} is open (by this or another process); close it to repair it") from None
+    try:
+        return _repair(fs, path, opts, sorted(fs.listdir(path)))  # again, under the lock
+    finally:
+        lock.release()
+
+
+def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> RepairReport:
+    report = RepairReport(path)
+    stats = Stats()
+    state = _read_manifest(fs, path, names, report)
+    if state is None and MANIFEST_NAME in names:
+        # Out of the way before anything is written: a crash from here on leaves a store with no manifest,
+        # which a repair reads as this one does.
+        _move_to_lost(fs, path, MANIFEST_NAME, report)
+    tables = sorted(n for name in names if (n := parse_table_file_name(name)) is not None)
+    logs = sorted(n for name in names if (n := parse_log_file_name(name)) is not None)
+    next_number = max([*tables, *logs, state.next_file_number if state else 0], default=0) + 1
+    last_seq = state.last_sequence if state else 0
+    if state is not None:  # what the manifest still needs; the rest is what the next open would delete
+        tables = sorted(m.number for level in state.levels for m in level)
+        logs = [n for n in logs if n >= state.log_number]
+    damaged: list[str] = []
+    sources: list[Iterator[Entry]] = []
+    readers: list[TableReader] = []
+    try:
+        for number in tables:
+            name = table_file_name(number)
+            try:
+                reader = TableReader.open(fs, path, number, stats)
+            except (CorruptionError, OSError) as e:
+                report._damage(name, f"{_detail(e)}: none of its versions could be read")
+                damaged.append(name)
+                continue
+            readers.append(reader)
+            report.tables_read += 1
+            last_seq = max(last_seq, reader.props.max_seq)
+            sources.append(_table_versions(reader, report, damaged))
+        for number in logs:
+            versions, newest = _log_versions(fs, path, number, report, damaged)
+            last_seq = max(last_seq, newest)
+            sources.append(iter(versions))
+        # Merged by (key, newest first): a version's place is its sequence number, not the file it was found in.
+        merged = heapq.merge(*sources, key=_internal_order)
+        read = _counted(merged, report)
+        kept = _counted_keys(compaction.drop_dead(read, [], lambda key: True, stats), report)
+        numbers = iter(range(next_number, 1 << 62))
+        written: list[int] = []
+
+        def new_builder() -> TableBuilder:
+            written.append(next(numbers))
+            return TableBuilder(fs, path, written[-1], block_size=opts.block_size, bits_per_key=opts.bits_per_key)
+
+        tiered = opts.compaction_style == "tiered"
+        metas = compaction.write_tables(kept, new_builder, None if tiered else opts.target_file_size)
+    finally:
+        for reader in readers:
+            reader.close()
+    report.tables_written = metas
+    report.level = 0 if tiered else _level_for(opts, sum(m.file_size for m in metas))
+    levels: list[list[TableMeta]] = [[] for _ in range(max(report.level + 1, 2))]
+    levels[report.level] = metas
+    # A new, empty log for the manifest to name: every old log lies below it, so none is replayed over the
+    # tables that now hold its writes (and the next open deletes any that a crash leaves behind).
+    log_number = max(written, default=next_number - 1) + 1
+    log = fs.open_writable(f"{path}/{log_file_name(log_number)}")
+    try:
+        log.sync()
+    finally:
+        log.close()
+    fs.sync_dir(path)
+    write_manifest(fs, path, ManifestState(log_number + 1, last_seq, log_number, levels, []))
+    _clear_old_files(fs, path, names, damaged, report)
+    return report
+
+
+def _read_manifest(fs: FileSystem, path: str, names: list[str], report: RepairReport) -> ManifestState | None:
+    if MANIFEST_NAME not in names:
+        report.manifest = "missing"
+        report._damage(MANIFEST_NAME, "missing: every table and log in the directory was read")
+        return None
+    try:
+        read = read_manifest(fs, path)
+    except (CorruptionError, OSError) as e:
+        report.manifest = f"unreadable ({_detail(e)})"
+        report._damage(MANIFEST_NAME, f"{_detail(e)}: every table and log in the directory was read")
+        return None
+    return read.state
+
+
+def _table_versions(reader: TableReader, report: RepairReport, damaged: list[str]) -> Iterator[Entry]:
+    """The versions of `reader`'s data blocks, a block at a time; a damaged block is reported and skipped."""
+    name = table_file_name(reader.number)
+    for i in range(reader.props.num_data_blocks):
+        try:
+            yield from reader.block_entries(i)
+        except (CorruptionError, OSError) as e:
+            report._damage(name, f"{_detail(e)}: the versions of that block were skipped")
+            if name not in damaged:
+                damaged.append(name)
+
+
+def _log_versions(
+    fs: FileSystem, path: str, number: int, report: RepairReport, damaged: list[str]
+) -> tuple[list[Entry], int]:
+    """The versions of log `number`'s intact records, in internal order, and the newest sequence number."""
+    name = log_file_name(number)
+    log_path = f"{path}/{name}"
+    versions: list[Entry] = []
+    newest = 0
+    try:
+        result = read_log(fs.read_file(log_path), log_path, paranoid=False)
+    except OSError as e:
+        report._damage(name, f"{_detail(e)}: none of its records could be read")
+        damaged.append(name)
+        return versions, newest
+    report.logs_read += 1
+    for payload in result.records:
+        try:
+            seq, ops = decode_batch(payload, log_path)
+        except CorruptionError as e:
+            report._damage(name, f"{e.detail}: that record was skipped")
+            continue
+        report.log_records_read += 1
+        versions += [(key, (seq + i) << 8 | kind, value) for i, (kind, key, value) in enumerate(ops)]
+        newest = max(newest, seq + len(ops) - 1)
+    if result.corruption is not None:
+        report._damage(name, f"{result.corruption.detail}: the last {result.dropped_bytes:,} bytes were skipped")
+        damaged.append(name)
+    versions.sort(key=_internal_order)
+    return versions, newest
+
+
+def _internal_order(entry: Entry) -> tuple[bytes, int]:
+    return entry[0], -entry[1]
+
+
+def _counted(versions: Iterator[Entry], report: RepairReport) -> Iterator[Entry]:
+    for entry in versions:
+        report.versions_read += 1
+        yield entry
+
+
+def _counted_keys(versions: Iterator[Entry], report: RepairReport) -> Iterator[Entry]:
+    for entry in versions:
+        report.keys_kept += 1
+        yield entry
+
+
+def _level_for(opts: Options, size: int) -> int:
+    """The lowest level from 1 whose size limit holds `size` bytes (the deepest there is, if none)."""
+    level = 1
+    while level < opts.max_levels - 1 and compaction.max_bytes_for_level(opts, level) < size:
+        level += 1
+    return level
+
+
+def _clear_old_files(fs: FileSystem, path: str, names: list[str], damaged: list[str], report: RepairReport) -> None:
+    """Once the new manifest is in place: move the damaged files into lost/, and remove the other old tables and
+    logs, whose versions the new tables hold (or the next open would delete them)."""
+    for name in names:
+        if name in damaged:
+            _move_to_lost(fs, path, name, report)
+        elif is_table_or_log(name):
+            fs.remove(f"{path}/{name}")
+    fs.sync_dir(path)
+
+
+def _move_to_lost(fs: FileSystem, path: str, name: str, report: RepairReport) -> None:
+    lost = f"{path}/{LOST_DIR}"
+    fs.makedirs(lost)
+    fs.rename(f"{path}/{name}", f"{lost}/{name}")
+    fs.sync_dir(lost)
+    fs.sync_dir(path)
+    report.moved.append(name)
+
+
+def _detail(e: CorruptionError | OSError) -> str:
+    return e.detail if isinstance(e, CorruptionError) else f"cannot be read: {e}"

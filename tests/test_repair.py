@@ -1,0 +1,229 @@
+"""`repair_store` (``minilsm repair``): a store that does not open is rebuilt from what can still be read.
+
+A healthy store comes back exactly as it was; a lost or damaged manifest costs nothing when the tables and
+logs are whole; a damaged block or table costs exactly its own versions (an older version of those keys,
+read elsewhere, comes back in their place); a crash mid-repair leaves the store as it was.  What a repair
+of every damaged byte of a small store gives is in test_corruption.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+from storeutil import fast_tmp_dir, flip_byte, small_options
+
+import minilsm
+from minilsm.check import check_store
+from minilsm.cli import EXIT_NEGATIVE, EXIT_OK, main
+from minilsm.repair import LOST_DIR, repair_store
+from minilsm.sstable import TableReader
+from minilsm.stats import Stats
+from minilsm.wal import HEADER_SIZE, read_log
+
+
+@pytest.fixture
+def path() -> Iterator[str]:
+    with fast_tmp_dir() as d:
+        yield os.path.join(d, "db")
+
+
+def history(path: str, rng: random.Random, steps: int = 1500) -> dict[bytes, bytes]:
+    """Puts, overwrites and deletes over several levels, then some writes left in the log; the model."""
+    model: dict[bytes, bytes] = {}
+    with minilsm.DB(path, **small_options()) as db:
+        for i in range(steps):
+            k = b"k%04d" % rng.randrange(steps // 3)
+            if rng.random() < 0.2:
+                db.delete(k)
+                model.pop(k, None)
+            else:
+                model[k] = b"v%d." % i * rng.randrange(1, 20)
+                db.put(k, model[k])
+    with minilsm.DB(path, **small_options(memtable_size=1 << 20)) as db:  # these stay in the log
+        for i in range(20):
+            k = b"k%04d" % rng.randrange(steps // 3)
+            model[k] = b"late%d" % i
+            db.put(k, model[k])
+    return model
+
+
+def contents(path: str, **kw: object) -> dict[bytes, bytes]:
+    with minilsm.DB(path, **small_options(**kw)) as db:
+        return dict(db.iterator())
+
+
+def store_files(path: str) -> list[str]:
+    return sorted(n for n in os.listdir(path) if n.endswith((".sst", ".log")))
+
+
+def test_a_healthy_store_comes_back_as_it_was(path: str) -> None:
+    model = history(path, random.Random(1))
+    with minilsm.DB(path, **small_options()) as db:
+        assert db.version.bottom_level_with_data() >= 2  # the premise: tables over several levels
+        db.put(b"in the log", b"too")
+    model[b"in the log"] = b"too"
+    before = store_files(path)
+    report = repair_store(path, **small_options())
+    assert report.ok and report.manifest == "read" and report.findings == [] and report.moved == []
+    assert report.keys_kept == len(model) and report.log_records_read == 1 and report.tables_read >= 3
+    after = store_files(path)
+    assert not set(before) & set(after), "the old tables and logs are gone, their versions rewritten"
+    assert len([n for n in after if n.endswith(".log")]) == 1  # the new, empty one the manifest names
+    assert not os.path.exists(os.path.join(path, LOST_DIR))
+    assert contents(path) == model
+    # New writes come after every version kept: a put now wins over all of them, through a reopen.
+    key = next(iter(model))
+    with minilsm.DB(path, **small_options()) as db:
+        db.put(key, b"after the repair")
+        db.compact_range()
+    assert contents(path)[key] == b"after the repair"
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage"])
+def test_a_lost_or_damaged_manifest_costs_nothing_when_the_rest_is_whole(path: str, damage: str) -> None:
+    model = history(path, random.Random(2))
+    manifest = os.path.join(path, "MANIFEST")
+    if damage == "missing":
+        os.remove(manifest)
+    else:
+        with open(manifest, "r+b") as f:
+            f.write(b"\x00" * 40)
+    with pytest.raises(minilsm.CorruptionError):
+        minilsm.DB(path, **small_options())
+    report = repair_store(path, **small_options())
+    assert [f.file for f in report.findings] == ["MANIFEST"] and not report.ok
+    assert report.moved == ([] if damage == "missing" else ["MANIFEST"])  # the damaged bytes kept, in lost/
+    assert os.path.exists(os.path.join(path, LOST_DIR, "MANIFEST")) == (damage == "garbage")
+    assert contents(path) == model
+
+
+def bottom_tables(path: str) -> list[tuple[str, TableReader]]:
+    fs = minilsm.Options().fs
+    out = []
+    for name in store_files(path):
+        if name.endswith(".sst"):
+            out.append((name, TableReader.open(fs, path, int(name[:-4]), Stats())))
+    return out
+
+
+def test_a_damaged_block_costs_its_own_versions_and_no_more(path: str) -> None:
+    """One version a key, each in one table: the keys of the damaged block go, every other key stays exact."""
+    model = {b"k%04d" % i: b"v%d" % i * 7 for i in range(600)}
+    with minilsm.DB(path, **small_options()) as db:
+        for k, v in model.items():
+            db.put(k, v)
+        db.compact_range()
+    name, reader = bottom_tables(path)[1]
+    lost = reader.block_entries(1)  # the second data block of the second table
+    offset = reader._offsets[1]
+    reader.close()
+    flip_byte(os.path.join(path, name), offset + 5)
+    report = repair_store(path, **small_options())
+    assert [f.file for f in report.findings] == [name]
+    assert f"data block at offset {offset}: checksum mismatch" in report.findings[0].message
+    assert report.moved == [name] and os.path.exists(os.path.join(path, LOST_DIR, name))
+    gone = {k for k, _, _ in lost}
+    assert contents(path) == {k: v for k, v in model.items() if k not in gone} and gone
+
+
+def test_a_table_that_cannot_be_opened_is_skipped_whole_and_an_older_version_takes_its_place(path: str) -> None:
+    with minilsm.DB(path, **small_options()) as db:
+        for i in range(300):
+            db.put(b"k%04d" % i, b"old")
+        db.compact_range()
+        db.put(b"k0007", b"new")
+        db.put(b"k0008", b"new")
+        db.flush()  # a level-0 table holding the two newest versions
+        newest = max(db.version.numbers())
+    name = f"{newest:06d}.sst"
+    size = os.path.getsize(os.path.join(path, name))
+    flip_byte(os.path.join(path, name), size - 1)  # the footer's magic
+    report = repair_store(path, **small_options())
+    assert [f.file for f in report.findings] == [name] and "none of its versions" in report.findings[0].message
+    got = contents(path)
+    # Nothing newer than "old" could be read for k0007 and k0008: the version before it comes back.
+    assert got == {b"k%04d" % i: b"old" for i in range(300)}
+
+
+def test_a_damaged_log_keeps_the_records_before_the_damage(path: str) -> None:
+    with minilsm.DB(path, **small_options(memtable_size=1 << 20)) as db:
+        for i in range(10):
+            db.put(b"k%d" % i, b"v%d" % i)
+    (log,) = [n for n in store_files(path) if n.endswith(".log")]
+    with open(os.path.join(path, log), "rb") as f:
+        records = read_log(f.read(), log).records
+    fourth = sum(HEADER_SIZE + len(r) for r in records[:3])
+    flip_byte(os.path.join(path, log), fourth + HEADER_SIZE + 2)  # its payload: damage, records follow it
+    with pytest.raises(minilsm.CorruptionError):
+        minilsm.DB(path, **small_options())
+    report = repair_store(path, **small_options())
+    assert [f.file for f in report.findings] == [log] and report.moved == [log]
+    assert contents(path) == {b"k0": b"v0", b"k1": b"v1", b"k2": b"v2"}
+
+
+def test_a_crash_mid_repair_leaves_the_store_as_it_was(path: str) -> None:
+    model = history(path, random.Random(3))
+    before = sorted(os.listdir(path))
+    with (
+        mock.patch("minilsm.repair.write_manifest", side_effect=OSError(28, "No space left on device")),
+        pytest.raises(OSError, match="No space"),
+    ):
+        repair_store(path, **small_options())
+    assert set(os.listdir(path)) > set(before)  # the new tables, written before the manifest that failed
+    assert contents(path) == model  # the old manifest still rules
+    assert check_store(path).findings == []  # and the open deleted the new tables as orphans
+    assert repair_store(path, **small_options()).ok
+    assert contents(path) == model
+
+
+def test_a_tiered_store_gets_one_run_in_level_0(path: str) -> None:
+    model = {b"k%04d" % i: b"v" * (i % 50) for i in range(400)}
+    with minilsm.DB(path, **small_options(compaction_style="tiered")) as db:
+        for k, v in model.items():
+            db.put(k, v)
+    report = repair_store(path, **small_options(compaction_style="tiered"))
+    assert report.level == 0 and len(report.tables_written) == 1
+    assert contents(path, compaction_style="tiered") == model
+
+
+def test_repair_refuses_an_open_store_and_a_directory_that_holds_none(path: str, tmp_path: Path) -> None:
+    with minilsm.DB(path) as db:
+        db.put(b"k", b"v")
+        with pytest.raises(minilsm.LockError, match="close it to repair it"):
+            repair_store(path)
+    with pytest.raises(minilsm.NotFoundError):
+        repair_store(str(tmp_path / "nothing here"))
+    with pytest.raises(TypeError, match="unknown option"):
+        repair_store(path, bits_per_keys=3)
+
+
+def test_the_cli_repairs_and_says_what_it_lost(path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    history(path, random.Random(4), steps=300)
+    assert main(["repair", path]) == EXIT_OK
+    assert capsys.readouterr().out.rstrip().endswith("no damage found")
+    os.remove(os.path.join(path, "MANIFEST"))
+    assert main(["repair", path, "--json"]) == EXIT_NEGATIVE
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and report["manifest"] == "missing" and report["findings"][0]["file"] == "MANIFEST"
+    assert main(["check", path]) == EXIT_OK  # what the repair wrote checks clean
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from(["keep", "remove"]))
+def test_repair_keeps_what_a_random_history_left(seed: int, manifest: str) -> None:
+    rng = random.Random(seed)
+    with fast_tmp_dir() as d:
+        path = os.path.join(d, "db")
+        model = history(path, rng, steps=rng.randrange(200, 900))
+        if manifest == "remove":
+            os.remove(os.path.join(path, "MANIFEST"))
+        repair_store(path, **small_options())
+        assert contents(path) == model

@@ -1560,6 +1560,28 @@ class DB(_Scans):
             value = self._get(key, seq, None, trace)
         return report.read_trace(key, seq, value, trace, version)
 
+    def approximate_sizes(self, *ranges: tuple[BytesLike | None, BytesLike | None]) -> list[int]:
+        """About how many bytes of table data each ``(start, stop)`` range of keys takes (None: unbounded).
+
+        As LevelDB's `GetApproximateSizes` and plyvel's `approximate_sizes`: from the tables' indexes in
+        memory, to the granularity of a data block, with no block read; writes still in the memtable are
+        not counted (flush first to count them).  O(tables) per range.
+        """
+        bounds = [(None if a is None else check_key(a), None if b is None else check_key(b)) for a, b in ranges]
+        if self._closed:
+            raise self._closed_error()
+        version = self._version
+        return [
+            max(0, version.approximate_offset(stop) - version.approximate_offset(start))
+            if start is not None
+            else version.approximate_offset(stop)
+            for start, stop in bounds
+        ]
+
+    def approximate_size(self, start: BytesLike | None, stop: BytesLike | None) -> int:
+        """`approximate_sizes` of the one range [start, stop), as plyvel's `approximate_size`."""
+        return self.approximate_sizes((start, stop))[0]
+
     def may_contain(self, key: BytesLike) -> bool:
         """False only if `key` is certainly absent, judged by the memtables and the filters: no data block is read.
 

@@ -115,6 +115,19 @@ class Version:
                     return found
         return None
 
+    def approximate_offset(self, key: bytes | None) -> int:
+        """Bytes of table data that sort before `key` (None: all of it), summed over every table, as LevelDB's
+        `ApproximateOffsetOf`: a table wholly below counts whole, one that holds the key up to the block that
+        would hold it.  O(tables), no read."""
+        total = 0
+        for level in self.levels:
+            for t in level:
+                if key is None or t.largest < key:
+                    total += t.props.data_size
+                elif t.smallest < key:
+                    total += t.approximate_offset(key)
+        return total
+
     def tables_for_key(self, key: bytes) -> Iterator[tuple[int, TableReader]]:
         """(level, table) pairs a point read of `key` would consider, in probe order (for may_contain)."""
         yield from ((0, t) for t in self.levels[0])

@@ -231,6 +231,32 @@ def test_a_loop_over_an_iterator_that_moves_raises_at_its_next_step(db: minilsm.
         assert list(it) == ([b"a", b"b", b"c", b"d"] if move == "seek" else [b"b", b"c", b"d"])
 
 
+def test_approximate_sizes_come_from_the_indexes(db_path: str) -> None:
+    """plyvel's approximate_size(s): bytes of table data in a key range, to a block, with no block read."""
+    db = minilsm.DB(db_path, **small_options())
+    for i in range(2000):
+        db.put(b"k%05d" % i, b"v" * 100)
+    db.compact_range()
+    total = sum(t.props.data_size for _, t in db.version.tables())
+    reads = db.stats().block_reads
+    assert db.approximate_size(None, None) == total
+    assert db.approximate_sizes((b"k00000", b"k02000"), (None, b"k00000"), (b"k02000", None)) == [total, 0, 0]
+    # Cut anywhere, the parts add up to the whole: each cut is one offset, taken off one part and given the next.
+    cuts: list[bytes | None] = [None, *sorted(b"k%05d" % i for i in random.Random(7).sample(range(2000), 9)), None]
+    assert sum(db.approximate_sizes(*itertools.pairwise(cuts))) == total
+    half = db.approximate_size(b"k00000", b"k01000")
+    assert abs(half - total / 2) <= 2 * 256  # within a block either side (small_options: 256-byte blocks)
+    assert db.approximate_size(b"k01000", b"k00500") == 0  # an empty range
+    db.put(b"k99999", b"x" * 1000)
+    assert db.approximate_size(b"k99999", None) == 0  # the memtable is not counted, as in LevelDB
+    assert db.stats().block_reads == reads
+    with pytest.raises(TypeError):
+        db.approximate_size("k", None)  # type: ignore[arg-type]
+    db.close()
+    with pytest.raises(minilsm.ClosedError):
+        db.approximate_size(None, None)
+
+
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:
     """A gap: `prefix` was tested alone, never narrowed further by `start`/`stop`, and 0xff keys only in a memtable."""
     keys = sorted({b"".join(p) for n in range(4) for p in itertools.product([b"", b"\x00", b"a", b"\xff"], repeat=n)})

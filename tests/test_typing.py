@@ -41,6 +41,7 @@ def use(db: minilsm.DB, snap: minilsm.Snapshot, wb: minilsm.WriteBatch) -> None:
         assert_type(it.prev(), tuple[bytes, bytes])
         it.seek(bytearray(b"k"))
     assert_type(db.iterator(include_key=False).prev(), bytes)
+    assert_type(db.approximate_sizes((b"a", None), (None, bytearray(b"b"))), list[int])
     assert_type(list(db), list[bytes])
     assert_type(list(snap), list[bytes])
     flag: bool = bool(len(list(db)))

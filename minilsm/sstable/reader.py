@@ -424,6 +424,12 @@ class TableReader:
     def _closed_error(self) -> ClosedError:
         return ClosedError(f"table {self.path} is closed")
 
+    def approximate_offset(self, key: bytes) -> int:
+        """About where in the file the versions of `key` would begin: the offset of the data block that would
+        hold it, or the end of the data blocks past the last key.  From the index in memory, O(log blocks)."""
+        i = bisect_left(self._last_keys, key)
+        return self._offsets[i] if i < self._num_blocks else self.props.data_size
+
     def block_entries(self, i: int) -> list[Entry]:
         """Every version of data block `i`, read from the file and checked (``minilsm repair`` skips a block
         that raises `CorruptionError`).  One `read_block`, O(block size)."""

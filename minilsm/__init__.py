@@ -2,7 +2,9 @@
 
 from minilsm.batch import WriteBatch
 from minilsm.bloom import BloomFilter, expected_fpr, key_hash, optimal_params
+from minilsm.check import CheckReport, check_store
 from minilsm.db import DB, DBIterator, RecoveryReport, Snapshot
+from minilsm.destroy import destroy_store
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
@@ -14,10 +16,12 @@ from minilsm.errors import (
     StoreIOError,
 )
 from minilsm.options import Options
+from minilsm.repair import RepairReport, repair_store
 
 __all__ = [
     "DB",
     "BloomFilter",
+    "CheckReport",
     "ClosedError",
     "CorruptionError",
     "DBIterator",
@@ -28,11 +32,15 @@ __all__ = [
     "Options",
     "ReadOnlyError",
     "RecoveryReport",
+    "RepairReport",
     "Snapshot",
     "StoreIOError",
     "WriteBatch",
+    "check_store",
+    "destroy_store",
     "expected_fpr",
     "key_hash",
     "optimal_params",
+    "repair_store",
 ]
 __version__ = "0.1.0"

@@ -118,7 +118,7 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
                 report.note(name, "table not in the manifest (left by a crash; the next open deletes it)")
             elif is_scratch_name(name):
                 report.note(name, "a compaction worker's scratch directory (left by a crash; the next open deletes it)")
-            elif _is_store_temp_file(name):
+            elif is_store_temp_file(name):
                 report.note(name, "temporary file (left by a crash; the next open deletes it)")
         return report
     finally:
@@ -134,7 +134,7 @@ def is_table_or_log(name: str) -> bool:
     return parse_table_file_name(name) is not None or parse_log_file_name(name) is not None
 
 
-def _is_store_temp_file(name: str) -> bool:
+def is_store_temp_file(name: str) -> bool:
     """A temporary name of the store's (a table or manifest being made, or a log's name + .tmp), which an open deletes.
 
     Any other ``.tmp`` file is not the store's, and the store leaves it alone, as every foreign file.

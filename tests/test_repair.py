@@ -1,4 +1,5 @@
-"""`repair_store` (``minilsm repair``): a store that does not open is rebuilt from what can still be read.
+"""`repair_store` (``minilsm repair``): a store that does not open is rebuilt from what can still be read;
+and `destroy_store`, which removes one.
 
 A healthy store comes back exactly as it was; a lost or damaged manifest costs nothing when the tables and
 logs are whole; a damaged block or table costs exactly its own versions (an older version of those keys,
@@ -23,6 +24,7 @@ from storeutil import fast_tmp_dir, flip_byte, small_options
 import minilsm
 from minilsm.check import check_store
 from minilsm.cli import EXIT_NEGATIVE, EXIT_OK, main
+from minilsm.destroy import destroy_store
 from minilsm.repair import LOST_DIR, repair_store
 from minilsm.sstable import TableReader
 from minilsm.stats import Stats
@@ -227,3 +229,23 @@ def test_repair_keeps_what_a_random_history_left(seed: int, manifest: str) -> No
             os.remove(os.path.join(path, "MANIFEST"))
         repair_store(path, **small_options())
         assert contents(path) == model
+
+
+def test_destroy_removes_the_store_and_nothing_else(path: str) -> None:
+    """plyvel's destroy_db: the store's files go, and the directory with them once it is empty."""
+    history(path, random.Random(5), steps=300)
+    with minilsm.DB(path, **small_options()) as db:
+        with pytest.raises(minilsm.LockError, match="close it to destroy it"):
+            destroy_store(path)
+        assert dict(db.iterator())  # and the open store lost nothing
+    destroy_store(path)
+    assert not os.path.exists(path)
+    destroy_store(path)  # nothing there: nothing to do, as LevelDB's DestroyDB
+    history(path, random.Random(6), steps=300)
+    Path(path, "notes.txt").write_text("the application's")
+    os.makedirs(os.path.join(path, LOST_DIR))
+    destroy_store(path)
+    assert sorted(os.listdir(path)) == [LOST_DIR, "notes.txt"]
+    with pytest.raises(minilsm.NotFoundError, match="nothing was removed"):
+        destroy_store(path)  # no store left: a directory of other things is refused, untouched
+    assert sorted(os.listdir(path)) == [LOST_DIR, "notes.txt"]

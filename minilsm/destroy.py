@@ -1,0 +1,51 @@
+"""Removing a store: `destroy_store`, as plyvel's `destroy_db` and LevelDB's `DestroyDB`.
+
+Only the store's own files go: its tables and logs, the manifest, the lock, the temporary files and scratch
+directories a crash can leave.  Anything else in the directory (a file of the application's, the `lost/` of
+a repair) stays, and so does the directory then; an empty one is removed.  The store must be closed: the
+lock is taken first, so a store open in any process is refused and loses nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from minilsm.check import is_store_temp_file, is_table_or_log
+from minilsm.db import LOCK_NAME
+from minilsm.errors import LockError, NotFoundError
+from minilsm.manifest import MANIFEST_NAME
+from minilsm.options import Options
+from minilsm.worker import is_scratch_name, remove_scratch
+
+
+def destroy_store(path: str | os.PathLike[str], options: Options | None = None, **kwargs: Any) -> None:
+    """Remove the store at `path` (see the module docstring).  A path that does not exist is fine: nothing to do.
+
+    Raises `NotFoundError` if the directory holds no store (nothing is removed), `LockError` if the store is
+    open.  O(files).
+    """
+    fs = Options.make(options, **kwargs).fs
+    path = os.path.abspath(os.fsdecode(path))
+    try:
+        names = fs.listdir(path)
+    except FileNotFoundError:
+        return
+    if MANIFEST_NAME not in names and not any(map(is_table_or_log, names)):
+        raise NotFoundError(f"no minilsm store at {path}: nothing was removed")
+    try:
+        lock = fs.lock(f"{path}/{LOCK_NAME}")
+    except BlockingIOError:
+        raise LockError(f"{path} is open (by this or another process); close it to destroy it") from None
+    try:
+        for name in fs.listdir(path):  # again, under the lock
+            if is_scratch_name(name):
+                remove_scratch(fs, f"{path}/{name}")
+            elif name == MANIFEST_NAME or is_table_or_log(name) or is_store_temp_file(name):
+                fs.remove(f"{path}/{name}")
+        fs.remove(f"{path}/{LOCK_NAME}")  # while held, as the last of the store's files
+    finally:
+        lock.release()
+    with contextlib.suppress(OSError):  # not empty: foreign files stay, and so does their directory
+        fs.remove_dir(path)

@@ -18,7 +18,9 @@ rather than checked mid-change.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,18 +98,7 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
 
     Raises `NotFoundError` if `path` holds no store, `LockError` if the store is open.
     """
-    try:
-        names = fs.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        names = []
-    if MANIFEST_NAME not in names and not any(is_table_or_log(n) for n in names):
-        raise NotFoundError(f"no minilsm store at {path}")
-    try:
-        lock = fs.lock(f"{path}/{LOCK_NAME}")
-    except BlockingIOError:
-        raise LockError(f"{path} is open (by this or another process); close it to check it") from None
-    try:
-        names = fs.listdir(path)  # again, under the lock: the store may have changed before we got it
+    with closed_store(fs, path, "check") as names:
         report = CheckReport(path)
         state = _check_manifest(fs, path, names, report)
         live = _check_tables(fs, path, state, report) if state is not None else set()
@@ -121,6 +112,28 @@ def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
             elif is_store_temp_file(name):
                 report.note(name, "temporary file (left by a crash; the next open deletes it)")
         return report
+
+
+@contextlib.contextmanager
+def closed_store(fs: FileSystem, path: str, doing: str) -> Iterator[list[str]]:
+    """Hold the lock of the store at `path` for an offline tool (check, repair, destroy), and give the names of
+    its directory, listed under the lock (the store may change until then).
+
+    Raises `NotFoundError` if `path` holds no store, and `LockError` (saying what it would `doing`) if the
+    store is open, by this process or another.
+    """
+    try:
+        names = fs.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    if MANIFEST_NAME not in names and not any(map(is_table_or_log, names)):
+        raise NotFoundError(f"no minilsm store at {path}")
+    try:
+        lock = fs.lock(f"{path}/{LOCK_NAME}")
+    except BlockingIOError:
+        raise LockError(f"{path} is open (by this or another process); close it to {doing} it") from None
+    try:
+        yield sorted(fs.listdir(path))
     finally:
         lock.release()
 

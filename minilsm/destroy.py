@@ -12,9 +12,8 @@ import contextlib
 import os
 from typing import Any
 
-from minilsm.check import is_store_temp_file, is_table_or_log
+from minilsm.check import closed_store, is_store_temp_file, is_table_or_log
 from minilsm.db import LOCK_NAME
-from minilsm.errors import LockError, NotFoundError
 from minilsm.manifest import MANIFEST_NAME
 from minilsm.options import Options
 from minilsm.worker import is_scratch_name, remove_scratch
@@ -28,24 +27,14 @@ def destroy_store(path: str | os.PathLike[str], options: Options | None = None, 
     """
     fs = Options.make(options, **kwargs).fs
     path = os.path.abspath(os.fsdecode(path))
-    try:
-        names = fs.listdir(path)
-    except FileNotFoundError:
+    if not fs.exists(path):
         return
-    if MANIFEST_NAME not in names and not any(map(is_table_or_log, names)):
-        raise NotFoundError(f"no minilsm store at {path}: nothing was removed")
-    try:
-        lock = fs.lock(f"{path}/{LOCK_NAME}")
-    except BlockingIOError:
-        raise LockError(f"{path} is open (by this or another process); close it to destroy it") from None
-    try:
-        for name in fs.listdir(path):  # again, under the lock
+    with closed_store(fs, path, "destroy") as names:
+        for name in names:
             if is_scratch_name(name):
                 remove_scratch(fs, f"{path}/{name}")
             elif name == MANIFEST_NAME or is_table_or_log(name) or is_store_temp_file(name):
                 fs.remove(f"{path}/{name}")
         fs.remove(f"{path}/{LOCK_NAME}")  # while held, as the last of the store's files
-    finally:
-        lock.release()
     with contextlib.suppress(OSError):  # not empty: foreign files stay, and so does their directory
         fs.remove_dir(path)

@@ -37,9 +37,8 @@ from typing import Any
 
 from minilsm import compaction
 from minilsm.batch import decode_batch
-from minilsm.check import Finding, is_table_or_log
-from minilsm.db import LOCK_NAME
-from minilsm.errors import CorruptionError, LockError, NotFoundError
+from minilsm.check import Finding, closed_store, is_table_or_log
+from minilsm.errors import CorruptionError
 from minilsm.fs import FileSystem
 from minilsm.iterators import Entry
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
@@ -109,22 +108,9 @@ def repair_store(path: str | os.PathLike[str], options: Options | None = None, *
     kept version written once.
     """
     opts = Options.make(options, **kwargs)
-    fs = opts.fs
     path = os.path.abspath(os.fsdecode(path))
-    try:
-        names = fs.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        names = []
-    if MANIFEST_NAME not in names and not any(map(is_table_or_log, names)):
-        raise NotFoundError(f"no minilsm store at {path}")
-    try:
-        lock = fs.lock(f"{path}/{LOCK_NAME}")
-    except BlockingIOError:
-        raise LockError(f"{path} is open (by this or another process); close it to repair it") from None
-    try:
-        return _repair(fs, path, opts, sorted(fs.listdir(path)))  # again, under the lock
-    finally:
-        lock.release()
+    with closed_store(opts.fs, path, "repair") as names:
+        return _repair(opts.fs, path, opts, names)
 
 
 def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> RepairReport:

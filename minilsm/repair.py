@@ -150,8 +150,7 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
             sources.append(iter(versions))
         # Merged by (key, newest first): a version's place is its sequence number, not the file it was found in.
         merged = heapq.merge(*sources, key=_internal_order)
-        read = _counted(merged, report)
-        kept = _counted_keys(compaction.drop_dead(read, [], lambda key: True, stats), report)
+        kept = compaction.drop_dead(merged, [], lambda key: True, stats)
         numbers = iter(range(next_number, 1 << 62))
         written: list[int] = []
 
@@ -165,6 +164,8 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
         for reader in readers:
             reader.close()
     report.tables_written = metas
+    report.keys_kept = sum(m.num_entries for m in metas)
+    report.versions_read = report.keys_kept + stats.entries_dropped_shadowed + stats.tombstones_dropped
     report.level = 0 if tiered else _level_for(opts, sum(m.file_size for m in metas))
     levels: list[list[TableMeta]] = [[] for _ in range(max(report.level + 1, 2))]
     levels[report.level] = metas
@@ -241,18 +242,6 @@ def _log_versions(
 
 def _internal_order(entry: Entry) -> tuple[bytes, int]:
     return entry[0], -entry[1]
-
-
-def _counted(versions: Iterator[Entry], report: RepairReport) -> Iterator[Entry]:
-    for entry in versions:
-        report.versions_read += 1
-        yield entry
-
-
-def _counted_keys(versions: Iterator[Entry], report: RepairReport) -> Iterator[Entry]:
-    for entry in versions:
-        report.keys_kept += 1
-        yield entry
 
 
 def _level_for(opts: Options, size: int) -> int:

@@ -303,6 +303,22 @@ class WriteBatch:
         self._ops.append((kind, key, value))
         self._size = size
 
+    def append(self, source: WriteBatch) -> None:
+        """Add `source`'s ops after this batch's, as plyvel's `append` (LevelDB's `WriteBatch::Append`).
+
+        `source` is only read: it may be closed, and stays as it was.  All or none: ValueError, with this
+        batch unchanged, if the ops together would outgrow a log record.  O(len(source)).
+        """
+        if self._closed:
+            raise self._closed_error()
+        if not isinstance(source, WriteBatch):
+            raise TypeError(f"source must be a WriteBatch, not {type(source).__name__}")
+        size = self._size + source._size - BATCH_HEADER_SIZE
+        if size > MAX_RECORD_SIZE:
+            raise ValueError(f"write batch would grow to {size} bytes, over the log record limit {MAX_RECORD_SIZE}")
+        self._ops += source._ops  # `+=` takes a copy when source is self
+        self._size = size
+
     def clear(self) -> None:
         """Drop every op, to reuse the batch."""
         if self._closed:

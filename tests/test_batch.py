@@ -130,6 +130,36 @@ def test_batch_refuses_to_outgrow_a_log_record() -> None:
     assert len(b) == 1
 
 
+def test_append_adds_another_batchs_ops_after_its_own() -> None:
+    """plyvel's WriteBatch.append: the source's ops, in order, after the batch's; the source unchanged."""
+    a, b = WriteBatch(), WriteBatch()
+    a.put(b"k", b"1")
+    b.delete(b"k")
+    b.put(b"j", b"2")
+    a.append(b)
+    assert list(a) == [(KIND_VALUE, b"k", b"1"), (KIND_DELETE, b"k", b""), (KIND_VALUE, b"j", b"2")]
+    assert a.approximate_size == len(encode_batch(1, a.ops)) and len(b) == 2
+    a.append(a)  # itself: its ops twice
+    assert len(a) == 6 and a.approximate_size == len(encode_batch(1, a.ops))
+    with pytest.raises(TypeError, match="WriteBatch"):
+        a.append([(KIND_VALUE, b"x", b"y")])  # type: ignore[arg-type]
+    big = WriteBatch()
+    big.put(b"v", bytes(MAX_VALUE_SIZE))
+    huge = WriteBatch()
+    huge.append(big)
+    with pytest.raises(ValueError, match="log record limit"):
+        huge.append(big)  # all or none
+    assert len(huge) == 1 and huge.approximate_size == big.approximate_size
+    spent = WriteBatch(_writer=lambda batch: None)
+    spent.put(b"s", b"3")
+    spent.write()
+    a.clear()
+    a.append(spent)  # a written batch may still be read
+    assert list(a) == [(KIND_VALUE, b"s", b"3")]
+    with pytest.raises(ClosedError):
+        spent.append(a)
+
+
 def test_bound_batch_writes_once_on_clean_exit() -> None:
     written: list[list[tuple[int, bytes, bytes]]] = []
     with WriteBatch(_writer=lambda batch: written.append(list(batch))) as b:

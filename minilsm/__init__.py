@@ -3,7 +3,7 @@
 from minilsm.batch import WriteBatch
 from minilsm.bloom import BloomFilter, expected_fpr, key_hash, optimal_params
 from minilsm.check import CheckReport, check_store
-from minilsm.db import DB, DBIterator, RecoveryReport, Snapshot
+from minilsm.db import DB, DBIterator, PrefixedDB, RecoveryReport, Snapshot
 from minilsm.destroy import destroy_store
 from minilsm.errors import (
     ClosedError,
@@ -30,6 +30,7 @@ __all__ = [
     "LockError",
     "NotFoundError",
     "Options",
+    "PrefixedDB",
     "ReadOnlyError",
     "RecoveryReport",
     "RepairReport",

@@ -142,7 +142,9 @@ class _ScanOptions(TypedDict, total=False):
 
 
 class _Scans:
-    """`iterator` and iteration over keys, for `DB` and `Snapshot` alike: each makes its iterators in `_new_iterator`.
+    """The reads `DB`, `Snapshot` and the prefixed views share: `iterator`, iteration over keys, ``[]`` and ``in``.
+
+    Each makes its iterators in `_new_iterator` and answers `get`.
 
     The overloads tell a type checker what the iterator yields: (key, value) pairs, or keys or values alone.
     """
@@ -193,8 +195,39 @@ class _Scans:
         """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
         return iter(self.iterator(include_value=False))
 
+    # The one read every class of these has, as each overloads it.
+    get: Callable[..., Any]
 
-class DB(_Scans):
+    def __getitem__(self, key: BytesLike) -> bytes:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key, _MISSING) is not _MISSING
+
+
+class _Writes:
+    """Dict-like writes, for `DB` and `PrefixedDB`: ``view[key] = value`` and ``del view[key]``."""
+
+    get: Callable[..., Any]
+    put: Callable[..., None]
+    delete: Callable[..., None]
+
+    def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: BytesLike) -> None:
+        """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises)."""
+        # A write from another thread may land between the check and the delete; the outcome is
+        # still one that some order of the two calls gives, as with a dict shared between threads.
+        if self.get(key, _MISSING) is _MISSING:
+            raise KeyError(key)
+        self.delete(key)
+
+
+class DB(_Writes, _Scans):
     """An embedded, durable, ordered key-value store over one directory.
 
     >>> import tempfile, minilsm
@@ -855,6 +888,7 @@ class DB(_Scans):
         include_stop: bool,
         *,
         seq: int | None = None,
+        key_prefix: bytes = b"",
     ) -> DBIterator[Any]:
         if not (
             reverse.__class__ is include_key.__class__ is include_value.__class__ is bool
@@ -865,6 +899,10 @@ class DB(_Scans):
                 names, (reverse, include_key, include_value, include_start, include_stop), strict=True
             ):
                 _check_flag(name, flag)
+        if key_prefix:  # a `PrefixedDB`'s: its keys leave the prefix off, and its range lies within the prefix
+            start = None if start is None else key_prefix + check_key(start)
+            stop = None if stop is None else key_prefix + check_key(stop)
+            prefix = key_prefix if prefix is None else key_prefix + check_key(prefix)
         # In bytewise order the key right after k is k + b"\x00", so the open and closed ends
         # plyvel offers become the one half-open range every source understands.
         if start is not None:
@@ -892,7 +930,7 @@ class DB(_Scans):
         # Asked after the pin is listed: a close that began before it was may not cancel it.
         if self._closing or self._closed:
             raise self._closed_error()
-        return DBIterator(pin, start, stop, reverse, include_key, include_value)
+        return DBIterator(pin, start, stop, reverse, include_key, include_value, key_prefix)
 
     _new_iterator = _iterator  # the latest view (`seq` None); a Snapshot's passes its own
 
@@ -930,6 +968,10 @@ class DB(_Scans):
             if not self._closed:
                 self._delete_obsolete_files()
 
+    def prefixed_db(self, prefix: BytesLike) -> PrefixedDB:
+        """A view of the keys that begin with `prefix`, with the prefix left off: plyvel's `prefixed_db`."""
+        return PrefixedDB(self, prefix)
+
     def snapshot(self) -> Snapshot:
         """A consistent, read-only view of the store as it is now.  Release it with `close()` or `with`.
 
@@ -949,28 +991,6 @@ class DB(_Scans):
         # the mutex already.  One dict operation is atomic under the GIL, and the readers copy the
         # values in one C call (`sorted`), so no lock is needed.
         self._snapshots.pop(sid, None)
-
-    # -- mapping sugar ---------------------------------------------------------------
-
-    def __getitem__(self, key: BytesLike) -> bytes:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            raise KeyError(key)
-        return value
-
-    def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
-        self.put(key, value)
-
-    def __delitem__(self, key: BytesLike) -> None:
-        """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises)."""
-        # A write from another thread may land between the check and the delete; the outcome is
-        # still one that some order of the two calls gives, as with a dict shared between threads.
-        if self.get(key, _MISSING) is _MISSING:
-            raise KeyError(key)
-        self.delete(key)
-
-    def __contains__(self, key: object) -> bool:
-        return self.get(key, _MISSING) is not _MISSING  # type: ignore[call-overload]
 
     # -- flushing and compacting -------------------------------------------------------
 
@@ -1774,7 +1794,8 @@ class DBIterator(Generic[_Item]):
     """
 
     __slots__ = (
-        "_closed", "_forward", "_gen", "_it", "_origin", "_pick", "_pin", "_reverse", "_scan", "_start", "_stop",
+        "_closed", "_forward", "_gen", "_it", "_key_prefix", "_origin", "_pick", "_pin", "_reverse", "_scan",
+        "_start", "_stop",
     )  # fmt: skip
 
     def __init__(
@@ -1785,12 +1806,14 @@ class DBIterator(Generic[_Item]):
         reverse: bool,
         include_key: bool,
         include_value: bool,
+        key_prefix: bytes = b"",
     ) -> None:
         self._pin = pin
         self._start = start  # the range [start, stop), None for unbounded, after the include_* flags
         self._stop = stop
         self._reverse = reverse
-        self._pick = None if include_key and include_value else itemgetter(0 if include_key else 1)
+        self._key_prefix = key_prefix  # a `PrefixedDB`'s, which its keys leave off
+        self._pick = _projection(include_key, include_value, len(key_prefix))
         self._closed = False
         self._open(stop if reverse else start or b"", not reverse)
 
@@ -1862,7 +1885,7 @@ class DBIterator(Generic[_Item]):
     def seek(self, target: BytesLike) -> None:
         """Stand just before `target`: `next` then yields the first item at or after it, and `prev` the last one
         before it (the other way round for a reverse iterator), within the iterator's range, as plyvel's `seek`."""
-        self._move(check_key(target), not self._reverse)
+        self._move(self._key_prefix + check_key(target), not self._reverse)
 
     def seek_to_start(self) -> None:
         """Stand before the first key of the range, as plyvel's `seek_to_start`."""
@@ -1901,6 +1924,18 @@ class DBIterator(Generic[_Item]):
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
         # A copy would share the scan's generator and pin: closing either would end the other.
         raise TypeError("a minilsm.DBIterator cannot be pickled or copied; make another with iterator(start=...)")
+
+
+def _projection(include_key: bool, include_value: bool, cut: int) -> Callable[[tuple[bytes, bytes]], Any] | None:
+    """What an iterator yields of each (key, value) pair, its keys without their first `cut` bytes (a
+    `PrefixedDB`'s prefix); None for the pair itself, which costs nothing per pair."""
+    if not include_key:
+        return itemgetter(1)
+    if not cut:
+        return None if include_value else itemgetter(0)
+    if include_value:
+        return lambda pair: (pair[0][cut:], pair[1])
+    return lambda pair: pair[0][cut:]
 
 
 _MOVED: Final = (
@@ -2020,24 +2055,15 @@ class Snapshot(_Scans):
             self._check_still_held()
         return value
 
-    def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
+    def _new_iterator(self, *scan: Any, key_prefix: bytes = b"") -> DBIterator[Any]:
         self._check()
-        it = self._db._iterator(*scan, seq=self.sequence)
+        it = self._db._iterator(*scan, seq=self.sequence, key_prefix=key_prefix)
         try:
             self._check_still_held()
         except ClosedError:
             it.close()
             raise
         return it  # its tables are fixed now: the snapshot's release no longer matters to it
-
-    def __getitem__(self, key: BytesLike) -> bytes:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key: object) -> bool:
-        return self.get(key, _MISSING) is not _MISSING  # type: ignore[call-overload]
 
     def close(self) -> None:
         """Release the snapshot: compaction may now drop the versions only it could see.
@@ -2063,3 +2089,110 @@ class Snapshot(_Scans):
         # A copy would share this snapshot's id and finalizer: its close() would release this view, and
         # compaction could then drop versions this snapshot still reads (a wrong answer, not an error).
         raise TypeError("a minilsm.Snapshot cannot be pickled or copied; take another with db.snapshot()")
+
+
+class PrefixedDB(_Writes, _Scans):
+    """The keys of `db` that begin with `prefix`, with the prefix left off: plyvel's `PrefixedDB`.
+
+    A view, which holds nothing: each call adds the prefix to the keys it is given and takes it off the keys
+    it yields, and an iterator's range (`start`, `stop`, `prefix`, its seeks) lies within the prefix.  So
+    ``db.prefixed_db(b"user/").put(b"7", v)`` is ``db.put(b"user/7", v)``, and iterating the view yields
+    b"7".  Its batches and snapshots are views too; `prefixed_db` nests.  The store's limits apply to the
+    whole key, prefix included.  Each call costs the store's, plus the bytes of the prefix.
+    """
+
+    def __init__(self, db: DB, prefix: BytesLike) -> None:
+        self.db = db
+        self.prefix = check_key(prefix)
+
+    @overload
+    def get(self, key: BytesLike) -> bytes | None: ...
+    @overload
+    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
+    def get(self, key: BytesLike, default: Any = None) -> Any:
+        return self.db.get(self.prefix + check_key(key), default)
+
+    def put(self, key: BytesLike, value: BytesLike, *, sync: bool | None = None) -> None:
+        self.db.put(self.prefix + check_key(key), value, sync=sync)
+
+    def delete(self, key: BytesLike, *, sync: bool | None = None) -> None:
+        self.db.delete(self.prefix + check_key(key), sync=sync)
+
+    def write_batch(self, *, sync: bool | None = None) -> PrefixedWriteBatch:
+        """A `write_batch` of the store whose keys take the prefix."""
+        return PrefixedWriteBatch(self.db.write_batch(sync=sync), self.prefix)
+
+    def snapshot(self) -> PrefixedSnapshot:
+        """A snapshot of the store, seen through the prefix; close it (or use ``with``) as the store's."""
+        return PrefixedSnapshot(self.db.snapshot(), self.prefix)
+
+    def prefixed_db(self, prefix: BytesLike) -> PrefixedDB:
+        """A view within this one: the two prefixes, one after the other."""
+        return PrefixedDB(self.db, self.prefix + check_key(prefix))
+
+    def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
+        return self.db._iterator(*scan, key_prefix=self.prefix)
+
+    def __repr__(self) -> str:
+        return f"<minilsm.PrefixedDB {self.prefix!r} of {self.db!r}>"
+
+
+class PrefixedWriteBatch:
+    """A store's `WriteBatch` whose keys take a `PrefixedDB`'s prefix: `put`, `delete`, `clear`, `write`, ``with``."""
+
+    def __init__(self, batch: WriteBatch, prefix: bytes) -> None:
+        self.batch = batch
+        self.prefix = prefix
+
+    def put(self, key: BytesLike, value: BytesLike) -> None:
+        self.batch.put(self.prefix + check_key(key), value)
+
+    def delete(self, key: BytesLike) -> None:
+        self.batch.delete(self.prefix + check_key(key))
+
+    def clear(self) -> None:
+        self.batch.clear()
+
+    def write(self) -> None:
+        self.batch.write()
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def __enter__(self) -> Self:
+        self.batch.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.batch.__exit__(exc_type, exc, tb)
+
+
+class PrefixedSnapshot(_Scans):
+    """A `Snapshot` seen through a `PrefixedDB`'s prefix: `get`, `iterator`, `in`, `[]`, `close`, ``with``."""
+
+    def __init__(self, snapshot: Snapshot, prefix: bytes) -> None:
+        self.snapshot = snapshot
+        self.prefix = prefix
+
+    @overload
+    def get(self, key: BytesLike) -> bytes | None: ...
+    @overload
+    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
+    def get(self, key: BytesLike, default: Any = None) -> Any:
+        return self.snapshot.get(self.prefix + check_key(key), default)
+
+    def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
+        return self.snapshot._new_iterator(*scan, key_prefix=self.prefix)
+
+    def close(self) -> None:
+        self.snapshot.close()
+
+    release = close
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -122,8 +122,9 @@ class Cursor:
     that it stands just before (b"": before every key; None: after every key): a step forward takes the
     first pair at or after it and moves past that key, a step back takes the last pair before it and stands
     just before that key.  A reverse iterator's `next` steps back and its `prev` forward; a seek puts the
-    place at its target either way.  plyvel 1.5.1 (LevelDB 1.22) answers so, but for a step back after a
-    seek to the start or below it (test_plyvel_parity.py, which checks the store against plyvel itself).
+    place at its target either way.  plyvel 1.5.1's iterators over the whole store answer so (LevelDB 1.22;
+    test_plyvel_parity.py checks the store against them); its bounded ones step out of their range after
+    some seeks, and this model stands in for them there.
     """
 
     def __init__(self, items: list[tuple[bytes, bytes]], start: bytes | None, stop: bytes | None, reverse: bool):

@@ -257,6 +257,48 @@ def test_approximate_sizes_come_from_the_indexes(db_path: str) -> None:
         db.approximate_size(None, None)
 
 
+def test_a_prefixed_db_is_the_store_seen_through_its_prefix(db_path: str) -> None:
+    """plyvel's prefixed_db: keys without the prefix in, and out; ranges, seeks, batches and snapshots within it."""
+    with minilsm.DB(db_path, **small_options()) as db:
+        for k in [b"a", b"u", b"u/", b"u/1", b"u/2", b"u/3", b"u0", b"v"]:
+            db.put(k, b"raw " + k)
+        users = db.prefixed_db(b"u/")
+        assert users.prefix == b"u/" and users.db is db
+        users.put(b"4", b"four")
+        assert db.get(b"u/4") == b"four" and users.get(b"4") == b"four" and users.get(b"a") is None
+        assert users.get(b"x", b"?") == b"?" and b"1" in users and b"u/1" not in users
+        assert list(users) == [b"", b"1", b"2", b"3", b"4"]  # b"u/" itself is the empty key here
+        assert list(users.iterator(start=b"2", include_value=False, reverse=True)) == [b"4", b"3", b"2"]
+        assert list(users.iterator(stop=b"2", include_key=False)) == [b"raw u/", b"raw u/1"]
+        assert list(users.iterator(prefix=b"3")) == [(b"3", b"raw u/3")]
+        it = users.iterator(include_value=False)
+        it.seek(b"3")
+        assert [next(it), it.prev(), it.prev()] == [b"3", b"3", b"2"]
+        it.seek_to_stop()
+        assert it.prev() == b"4"  # never past the prefix's last key (u0 and v lie beyond it)
+        del users[b"4"]
+        with pytest.raises(KeyError):
+            del users[b"4"]
+        users[b"5"] = b"five"
+        assert users[b"5"] == b"five" and db[b"u/5"] == b"five"
+        with users.write_batch() as wb:
+            wb.put(b"6", b"six")
+            wb.delete(b"5")
+            assert len(wb) == 2
+        assert db.get(b"u/6") == b"six" and db.get(b"u/5") is None
+        with users.snapshot() as snap:
+            users.put(b"6", b"changed")
+            assert snap.get(b"6") == b"six" and snap[b"6"] == b"six" and b"6" in snap
+            assert list(snap.iterator(start=b"6", include_value=False)) == [b"6"]
+        deep = users.prefixed_db(b"1")
+        assert deep.prefix == b"u/1" and deep.get(b"") == b"raw u/1" and list(deep) == [b""]
+        with pytest.raises(ValueError, match="maximum"):
+            users.put(b"k" * (MAX_KEY_SIZE - 1), b"")  # the whole key, prefix included, is limited
+        with pytest.raises(TypeError):
+            db.prefixed_db("u/")  # type: ignore[arg-type]
+        assert db.get(b"a") == b"raw a" and db.get(b"u0") == b"raw u0"  # nothing outside the prefix moved
+
+
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:
     """A gap: `prefix` was tested alone, never narrowed further by `start`/`stop`, and 0xff keys only in a memtable."""
     keys = sorted({b"".join(p) for n in range(4) for p in itertools.product([b"", b"\x00", b"a", b"\xff"], repeat=n)})

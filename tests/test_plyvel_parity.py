@@ -10,16 +10,18 @@ flushes, compactions and snapshot releases go on, then closed or ended by a reop
 Three of plyvel's answers are not taken as they come.  A reverse scan is compared with plyvel's forward scan
 reversed: plyvel 1.5.1 (LevelDB 1.22) yields nothing for a reverse scan whose range holds exactly one key
 (``iterator(prefix=b"b", reverse=True)`` over the keys a, b, c).  `prefix` with `start`/`stop`, which
-plyvel refuses, is compared with plyvel's prefix scan cut to the range.  And a seek to the start of an
-iterator's range or below it is asked of plyvel as `seek_to_start`, the same place: after such a seek,
-plyvel's step back yields a key below the range (``iterator(start=b"b")``, ``seek(b"b")``, ``prev()`` gives
-b"a" if that key is stored), where its `seek_to_start` gives none.
+plyvel refuses, is compared with plyvel's prefix scan cut to the range.  And an iterator moved about (next,
+prev, the seeks) is compared with plyvel's own iterator over the whole store, a reverse one with plyvel's
+forward one, next and prev swapped; but one with a range is compared with `storeutil.Cursor` over plyvel's
+scan of that range, since plyvel's bounded iterators step out of their range after a seek (``iterator(start=b"b")``,
+``seek(b"b")``, ``prev()`` gives b"a" if that key is stored) and its reverse ones fail as its reverse scans do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import tempfile
 from typing import Any
@@ -28,7 +30,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, rule
-from storeutil import small_options
+from storeutil import Cursor, small_options
 
 import minilsm
 
@@ -63,6 +65,40 @@ def expected_scan(pdb: Any, start: bytes | None, stop: bytes | None, prefix: byt
     return pairs[::-1] if reverse else pairs
 
 
+class PlyvelCursor:
+    """plyvel's forward iterator over the whole store, moved as a minilsm iterator is (`storeutil.Cursor`'s
+    methods): a reverse iterator's next is its prev, and the other way round."""
+
+    start = b""
+    stop = None
+
+    def __init__(self, lit: Any, reverse: bool) -> None:
+        self.lit = lit
+        self.reverse = reverse
+        if reverse:
+            lit.seek_to_stop()  # where a reverse iterator starts
+
+    def next(self) -> Pair | None:
+        return self._take(self.lit.prev if self.reverse else self.lit.__next__)
+
+    def prev(self) -> Pair | None:
+        return self._take(self.lit.__next__ if self.reverse else self.lit.prev)
+
+    def seek(self, target: bytes | None) -> None:
+        if target is None:
+            self.lit.seek_to_stop()
+        else:
+            self.lit.seek(target)
+
+    @staticmethod
+    def _take(step: Any) -> Pair | None:
+        try:
+            pair: Pair = step()
+        except StopIteration:
+            return None
+        return pair
+
+
 class PlyvelParity(RuleBasedStateMachine):
     background = False
     style = "leveled"
@@ -82,7 +118,7 @@ class PlyvelParity(RuleBasedStateMachine):
         # An open iterator: the store's, what plyvel's iterator made at the same moment yields, and how far it got.
         self.iters: dict[int, tuple[minilsm.DBIterator[Pair], list[Pair], int]] = {}
         # Iterators moved by next, prev and the seeks: the store's and plyvel's, made at the same moment.
-        self.cursors: dict[int, tuple[minilsm.DBIterator[Pair], Any, bytes]] = {}
+        self.cursors: dict[int, tuple[minilsm.DBIterator[Pair], PlyvelCursor | Cursor]] = {}
         self.made = 0
 
     def _open(self) -> minilsm.DB:
@@ -193,39 +229,38 @@ class PlyvelParity(RuleBasedStateMachine):
         if i in self.iters:
             self.iters.pop(i)[0].close()
 
-    # -- iterators moved about: plyvel's own iterator answers every move --
+    # -- iterators moved about --
     @rule(target=cursors, start=bounds, stop=bounds, reverse=st.booleans(), snap=st.none() | snapshots)
     def open_cursor(self, start: bytes | None, stop: bytes | None, reverse: bool, snap: int | None) -> int:
         store, ldb = self.snaps.get(snap or 0, (self.db, self.ldb))
         self.made += 1
-        self.cursors[self.made] = (
-            store.iterator(start=start, stop=stop, reverse=reverse),
-            ldb.iterator(start=start, stop=stop, reverse=reverse),
-            start or b"",
-        )
+        # See the module docstring: plyvel's own iterator where it keeps to its range, else the model.
+        oracle: PlyvelCursor | Cursor
+        if start is None and stop is None:
+            oracle = PlyvelCursor(ldb.iterator(), reverse)
+        else:
+            oracle = Cursor(list(ldb.iterator(start=start, stop=stop)), start, stop, reverse)
+        self.cursors[self.made] = (store.iterator(start=start, stop=stop, reverse=reverse), oracle)
         return self.made
 
     @rule(i=cursors, moves=st.lists(st.sampled_from(["next", "prev", "start", "stop"]) | keys, min_size=1, max_size=6))
     def move_cursor(self, i: int, moves: list[str | bytes]) -> None:
         if i not in self.cursors:
             return
-        it, lit, lowest = self.cursors[i]
+        it, oracle = self.cursors[i]
         for move in moves:
             if isinstance(move, bytes):
                 it.seek(move)
-                if move > lowest:
-                    lit.seek(move)
-                else:
-                    lit.seek_to_start()  # the same place (see the module docstring)
-            elif move in ("start", "stop"):
-                getattr(it, f"seek_to_{move}")()
-                getattr(lit, f"seek_to_{move}")()
+                oracle.seek(move)
+            elif move == "start":
+                it.seek_to_start()
+                oracle.seek(oracle.start)
+            elif move == "stop":
+                it.seek_to_stop()
+                oracle.seek(oracle.stop)
             else:
-                step, lstep = (it.__next__, lit.__next__) if move == "next" else (it.prev, lit.prev)
-                try:
-                    want = lstep()
-                except StopIteration:
-                    want = None
+                want = oracle.next() if move == "next" else oracle.prev()
+                step = it.__next__ if move == "next" else it.prev
                 if want is None:
                     with pytest.raises(StopIteration):
                         step()
@@ -235,9 +270,10 @@ class PlyvelParity(RuleBasedStateMachine):
     @rule(i=consumes(cursors))
     def close_cursor(self, i: int) -> None:
         if i in self.cursors:
-            it, lit, _ = self.cursors.pop(i)
+            it, oracle = self.cursors.pop(i)
             it.close()
-            lit.close()
+            if isinstance(oracle, PlyvelCursor):
+                oracle.lit.close()
 
     # -- snapshots --
     @rule(target=snapshots)
@@ -283,10 +319,11 @@ class PlyvelParity(RuleBasedStateMachine):
         for snap, _ in self.snaps.values():
             with pytest.raises(minilsm.ClosedError):
                 snap.get(b"")
-        for it, lit, _ in self.cursors.values():
+        for it, oracle in self.cursors.values():
             with pytest.raises(minilsm.ClosedError):
                 it.seek_to_start()
-            lit.close()
+            if isinstance(oracle, PlyvelCursor):
+                oracle.lit.close()
         self.iters.clear()
         self.cursors.clear()
         self.snaps.clear()
@@ -307,3 +344,36 @@ TestBackgroundPlyvelParity = BackgroundPlyvelParity.TestCase
 for _case, _examples in ((TestPlyvelParity, 60), (TestTieredPlyvelParity, 30), (TestBackgroundPlyvelParity, 30)):
     _case.settings = settings(max_examples=_examples, stateful_step_count=60, deadline=None)
 del _case, _examples  # else pytest collects the loop's last TestCase again, under the name `_case`
+
+
+def test_prefixed_db_answers_as_plyvels(tmp_path: Any) -> None:
+    """The same writes through plyvel's prefixed_db and minilsm's, and every read of each view agrees."""
+    ldb = plyvel.DB(str(tmp_path / "leveldb"), create_if_missing=True)
+    db = minilsm.DB(str(tmp_path / "minilsm"), **small_options())
+    try:
+        rng = random.Random(11)
+        for i in range(400):
+            k = bytes(rng.choice(b"ab/\x00\xff") for _ in range(rng.randrange(5)))
+            for store in (db, ldb):
+                if i % 7 == 0:
+                    store.delete(k)
+                else:
+                    store.put(k, b"%d" % i)
+        for p in [b"a", b"a/", b"\xff", b"b\x00"]:
+            view, lview = db.prefixed_db(p), ldb.prefixed_db(p)
+            assert list(view.iterator()) == list(lview.iterator()), p
+            for start in [None, b"", b"/", b"b"]:
+                for reverse in (False, True):
+                    want = list(lview.iterator(start=start, include_value=False))
+                    got = list(view.iterator(start=start, reverse=reverse, include_value=False))
+                    assert got == (want[::-1] if reverse else want), (p, start)
+            for k in [b"", b"/", b"a", b"\xff"]:
+                assert view.get(k) == lview.get(k)
+            it, lit = view.iterator(), lview.iterator()
+            for target in [b"", b"/", b"b", b"\xff\xff"]:
+                it.seek(target)
+                lit.seek(target)
+                assert next(it, None) == next(lit, None), (p, target)
+    finally:
+        db.close()
+        ldb.close()

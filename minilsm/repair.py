@@ -69,7 +69,7 @@ class RepairReport:
     tables_written: list[TableMeta] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)
-    """Files moved into ``lost/``."""
+    """Files moved into ``lost/``, by their names there: ``name.1``, ``name.2``, ... when it already held a ``name``."""
 
     @property
     def ok(self) -> bool:
@@ -266,10 +266,17 @@ def _clear_old_files(fs: FileSystem, path: str, names: list[str], damaged: list[
 def _move_to_lost(fs: FileSystem, path: str, name: str, report: RepairReport) -> None:
     lost = f"{path}/{LOST_DIR}"
     fs.makedirs(lost)
-    fs.rename(f"{path}/{name}", f"{lost}/{name}")
+    # A file an earlier repair moved there may have the same name (every damaged manifest is MANIFEST):
+    # the rename would replace it, losing the bytes it kept.  The newcomer takes the first free "name.N".
+    kept = name
+    n = 0
+    while fs.exists(f"{lost}/{kept}"):
+        n += 1
+        kept = f"{name}.{n}"
+    fs.rename(f"{path}/{name}", f"{lost}/{kept}")
     fs.sync_dir(lost)
     fs.sync_dir(path)
-    report.moved.append(name)
+    report.moved.append(kept)
 
 
 def _detail(e: CorruptionError | OSError) -> str:

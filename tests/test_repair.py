@@ -249,3 +249,27 @@ def test_destroy_removes_the_store_and_nothing_else(path: str) -> None:
     with pytest.raises(minilsm.NotFoundError, match="no minilsm store"):
         destroy_store(path)  # no store left: a directory of other things is refused, untouched
     assert sorted(os.listdir(path)) == [LOST_DIR, "notes.txt"]
+
+
+def test_a_second_damaged_manifest_does_not_replace_the_first_in_lost(path: str) -> None:
+    """Every damaged manifest is named MANIFEST: a second one moved into lost/ must leave the first there."""
+    model = {b"k%04d" % i: b"v%d" % i for i in range(300)}
+    with minilsm.DB(path, **small_options()) as db:
+        for k, v in model.items():
+            db.put(k, v)
+    manifest = os.path.join(path, "MANIFEST")
+    damaged = []
+    for damage in (b"first damage", b"second damage"):
+        with open(manifest, "r+b") as f:
+            f.write(damage * 4)
+        with open(manifest, "rb") as f:
+            damaged.append(f.read())
+        repair_store(path, **small_options())
+    assert repair_store(path, **small_options()).moved == []  # a third repair finds nothing to move
+    lost = os.path.join(path, LOST_DIR)
+    kept = {}
+    for name in os.listdir(lost):
+        with open(os.path.join(lost, name), "rb") as f:
+            kept[name] = f.read()
+    assert kept == {"MANIFEST": damaged[0], "MANIFEST.1": damaged[1]}
+    assert contents(path) == model

@@ -37,6 +37,7 @@ from typing import Any
 
 from minilsm import compaction
 from minilsm.batch import decode_batch
+from minilsm.cache import TableFileCache
 from minilsm.check import Finding, closed_store, is_table_or_log
 from minilsm.errors import CorruptionError
 from minilsm.fs import FileSystem
@@ -131,11 +132,15 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
     damaged: list[str] = []
     sources: list[Iterator[Entry]] = []
     readers: list[TableReader] = []
+    # Every table is read at once (merged), so each fetches its file from a cache of max_open_files, as the
+    # store's readers do: holding one descriptor a table, a store of more tables than the process may open
+    # files failed to repair, after reporting the tables whose opens failed as damaged.
+    files = TableFileCache(fs, opts.max_open_files)
     try:
         for number in tables:
             name = table_file_name(number)
             try:
-                reader = TableReader.open(fs, path, number, stats)
+                reader = TableReader.open(fs, path, number, stats, file_cache=files)
             except (CorruptionError, OSError) as e:
                 report._damage(name, f"{_detail(e)}: none of its versions could be read")
                 damaged.append(name)
@@ -163,6 +168,7 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
     finally:
         for reader in readers:
             reader.close()
+        files.close()
     report.tables_written = metas
     report.keys_kept = sum(m.num_entries for m in metas)
     report.versions_read = report.keys_kept + stats.entries_dropped_shadowed + stats.tombstones_dropped

@@ -273,3 +273,29 @@ def test_a_second_damaged_manifest_does_not_replace_the_first_in_lost(path: str)
             kept[name] = f.read()
     assert kept == {"MANIFEST": damaged[0], "MANIFEST.1": damaged[1]}
     assert contents(path) == model
+
+
+def test_a_store_of_more_tables_than_the_process_may_open_files_repairs_whole(path: str) -> None:
+    """The repair reads every table at once: each must fetch its file from a cache of max_open_files, as the
+    store's readers do, or a store that opens would fail to repair (and call the tables it could not open
+    damaged)."""
+    import subprocess
+    import sys
+
+    with minilsm.DB(path, **small_options()) as db:
+        for i in range(2500):
+            db.put(b"k%05d" % i, b"v%d" % i * 5)
+        model = dict(db.iterator())
+        assert len(db.version.numbers()) > 50
+    code = (
+        "import json, resource, sys\n"
+        "from minilsm.repair import repair_store\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "r = repair_store(sys.argv[1], max_open_files=10, target_file_size=2048)\n"
+        "print(json.dumps([str(f) for f in r.findings]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(minilsm.__file__))])}
+    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == []
+    assert contents(path) == model

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -156,7 +157,7 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
         # Merged by (key, newest first): a version's place is its sequence number, not the file it was found in.
         merged = heapq.merge(*sources, key=_internal_order)
         kept = compaction.drop_dead(merged, [], lambda key: True, stats)
-        numbers = iter(range(next_number, 1 << 62))
+        numbers = itertools.count(next_number)  # unbounded: a foreign file may bear any number
         written: list[int] = []
 
         def new_builder() -> TableBuilder:

@@ -299,3 +299,17 @@ def test_a_store_of_more_tables_than_the_process_may_open_files_repairs_whole(pa
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == []
     assert contents(path) == model
+
+
+def test_a_foreign_file_of_a_huge_number_does_not_stop_the_repair(path: str) -> None:
+    """New files are numbered after every file in the directory, however large its number."""
+    model = {b"k%04d" % i: b"v%d" % i for i in range(200)}
+    with minilsm.DB(path, **small_options()) as db:
+        for k, v in model.items():
+            db.put(k, v)
+    os.remove(os.path.join(path, "MANIFEST"))
+    with open(os.path.join(path, f"{1 << 70}.sst"), "wb") as f:
+        f.write(b"not a table")
+    report = repair_store(path, **small_options())
+    assert [f.file for f in report.findings] == ["MANIFEST", f"{1 << 70}.sst"]
+    assert contents(path) == model

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minilsm import compaction
-from minilsm.batch import decode_batch
+from minilsm.batch import LogChain, decode_batch
 from minilsm.cache import TableFileCache
 from minilsm.check import Finding, closed_store, is_table_or_log
 from minilsm.errors import CorruptionError
@@ -144,14 +144,21 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
                 reader = TableReader.open(fs, path, number, stats, file_cache=files)
             except (CorruptionError, OSError) as e:
                 report._damage(name, f"{_detail(e)}: none of its versions could be read")
-                damaged.append(name)
+                _add(damaged, name)
                 continue
             readers.append(reader)
             report.tables_read += 1
             last_seq = max(last_seq, reader.props.max_seq)
             sources.append(_table_versions(reader, report, damaged))
+        # The logs as the open replays them, in one unbroken run of sequence numbers going on from the tables'
+        # newest: a log the manifest needs but that is missing, a torn or empty older log, or a gap between
+        # two logs is damage the open refuses, though every record read stays readable.
+        if state is not None and state.log_number and state.log_number not in logs:
+            name = log_file_name(state.log_number)
+            report._damage(name, "missing (the manifest needs it: it held writes no table has)")
+        chain = LogChain(state.newest_table_sequence() if state is not None else 0)
         for number in logs:
-            versions, newest = _log_versions(fs, path, number, report, damaged)
+            versions, newest = _log_versions(fs, path, number, chain, report, damaged)
             last_seq = max(last_seq, newest)
             sources.append(iter(versions))
         # Merged by (key, newest first): a version's place is its sequence number, not the file it was found in.
@@ -212,14 +219,17 @@ def _table_versions(reader: TableReader, report: RepairReport, damaged: list[str
             yield from reader.block_entries(i)
         except (CorruptionError, OSError) as e:
             report._damage(name, f"{_detail(e)}: the versions of that block were skipped")
-            if name not in damaged:
-                damaged.append(name)
+            _add(damaged, name)
 
 
 def _log_versions(
-    fs: FileSystem, path: str, number: int, report: RepairReport, damaged: list[str]
+    fs: FileSystem, path: str, number: int, chain: LogChain, report: RepairReport, damaged: list[str]
 ) -> tuple[list[Entry], int]:
-    """The versions of log `number`'s intact records, in internal order, and the newest sequence number."""
+    """The versions of log `number`'s intact records, in internal order, and the newest sequence number.
+
+    `chain` holds the logs read before (`LogChain`): what this one's records show of an older log's damage is
+    reported against that log.
+    """
     name = log_file_name(number)
     log_path = f"{path}/{name}"
     versions: list[Entry] = []
@@ -228,23 +238,47 @@ def _log_versions(
         result = read_log(fs.read_file(log_path), log_path, paranoid=False)
     except OSError as e:
         report._damage(name, f"{_detail(e)}: none of its records could be read")
-        damaged.append(name)
+        _add(damaged, name)
+        chain.skip()
         return versions, newest
     report.logs_read += 1
+    lost = chain.lost_before(result.records, log_path)
+    if lost is not None:
+        older = os.path.basename(lost.path or "")
+        report._damage(older, lost.detail)
+        _add(damaged, older)
+    whole = True
     for payload in result.records:
         try:
             seq, ops = decode_batch(payload, log_path)
         except CorruptionError as e:
             report._damage(name, f"{e.detail}: that record was skipped")
+            _add(damaged, name)
+            whole = False
             continue
         report.log_records_read += 1
         versions += [(key, (seq + i) << 8 | kind, value) for i, (kind, key, value) in enumerate(ops)]
         newest = max(newest, seq + len(ops) - 1)
     if result.corruption is not None:
         report._damage(name, f"{result.corruption.detail}: the last {result.dropped_bytes:,} bytes were skipped")
-        damaged.append(name)
+        _add(damaged, name)
+        whole = False
+    if whole:
+        try:  # the sequence numbers, record after record, as the open checks them
+            chain.replay(result.records, result.dropped_bytes, log_path)
+        except CorruptionError as e:
+            report._damage(name, f"{e.detail}: its records were kept")
+            _add(damaged, name)
+            whole = False
+    if not whole:
+        chain.skip()  # what lies before the next log is unknown now
     versions.sort(key=_internal_order)
     return versions, newest
+
+
+def _add(names: list[str], name: str) -> None:
+    if name not in names:
+        names.append(name)
 
 
 def _internal_order(entry: Entry) -> tuple[bytes, int]:

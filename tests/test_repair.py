@@ -313,3 +313,40 @@ def test_a_foreign_file_of_a_huge_number_does_not_stop_the_repair(path: str) -> 
     report = repair_store(path, **small_options())
     assert [f.file for f in report.findings] == ["MANIFEST", f"{1 << 70}.sst"]
     assert contents(path) == model
+
+
+def two_logs(path: str, damage: str) -> None:
+    """A store whose manifest needs log 1, which holds one write, and a log 2 after it holding the next."""
+    from minilsm.batch import encode_batch
+    from minilsm.fs import DEFAULT_FS
+    from minilsm.keys import KIND_VALUE
+    from minilsm.wal import LogWriter, log_file_name
+
+    with minilsm.DB(path, **small_options(memtable_size=1 << 20)) as db:
+        db.put(b"a", b"1")  # in log 1: closing does not flush
+    assert store_files(path) == ["000001.log"]
+    first = os.path.join(path, "000001.log")
+    second = LogWriter(DEFAULT_FS.open_writable(os.path.join(path, log_file_name(2))), 2)
+    second.add_record(encode_batch(3 if damage == "gap" else 2, [(KIND_VALUE, b"b", b"2")]), sync=True)
+    second.close()
+    if damage == "torn":
+        with open(first, "ab") as f:
+            f.write(b"\x05\x00\x00\x00torn")
+    elif damage == "empty":
+        open(first, "wb").close()
+    elif damage == "missing":
+        os.remove(first)
+
+
+@pytest.mark.parametrize("damage", ["torn", "gap", "empty", "missing"])
+def test_repair_reports_the_damage_to_the_logs_that_makes_the_open_refuse_the_store(path: str, damage: str) -> None:
+    """An older log that ends torn or empty, a gap between two logs, a log the manifest needs gone: the open
+    refuses each (`LogChain`), so the repair must report it, not say "no damage found" and exit 0."""
+    two_logs(path, damage)
+    with pytest.raises(minilsm.CorruptionError, match=r"000001\.log"):
+        minilsm.DB(path, **small_options())
+    report = repair_store(path, **small_options())
+    assert not report.ok and [f.file for f in report.findings] == ["000001.log"]
+    assert report.moved == ([] if damage == "missing" else ["000001.log"])  # kept in lost/, not deleted
+    # Every record read is kept, as from a log damaged in its middle.
+    assert contents(path) == ({b"b": b"2"} if damage in ("empty", "missing") else {b"a": b"1", b"b": b"2"})

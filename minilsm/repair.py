@@ -28,6 +28,7 @@ table can bring back values deleted since, as with LevelDB's repair.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import itertools
@@ -300,7 +301,10 @@ def _clear_old_files(fs: FileSystem, path: str, names: list[str], damaged: list[
         if name in damaged:
             _move_to_lost(fs, path, name, report)
         elif is_table_or_log(name):
-            fs.remove(f"{path}/{name}")
+            # Garbage now, which the next open sweeps as well: never worth failing a repair that has taken effect
+            # for (a directory named like a table, say), as the store's own sweep does not fail for it.
+            with contextlib.suppress(OSError):
+                fs.remove(f"{path}/{name}")
     fs.sync_dir(path)
 
 

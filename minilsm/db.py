@@ -538,10 +538,15 @@ class DB(_Writes, _Scans):
                 self._manifest.close()
             # Table files close now, not whenever this object is collected; an iterator or
             # snapshot read that outlives the store gets ClosedError instead of reopening them.
-            for v in list(self._versions):
+            # The iterators are cancelled first: a seek or step in another thread between the two
+            # would otherwise start a merge of tables already closed, and fail naming a table, not
+            # the store.  (`versions` keeps the versions that only iterators held until their tables close.)
+            versions = list(self._versions)
+            self._cancel_iterators()
+            for v in versions:
                 for _, table in v.tables():
                     table.close()
-            self._cancel_iterators()
+            del versions
             self._file_cache.close()
             if self._block_cache is not None:
                 self._block_cache.clear()
@@ -1844,9 +1849,9 @@ class DBIterator(Generic[_Item]):
 
     def _move(self, gap: bytes | None, forward: bool) -> None:
         """Stand just before `gap`, to step forward or backward from there; ends the merge under way."""
+        self._pin.check()  # first: once the store is closed, every move says so, as `next` does
         if self._closed:
             raise ClosedError("the iterator is closed")
-        self._pin.check()
         self._scan.cancel(_MOVED)  # a loop stepping it raises, not goes on from the old place
         self._open(gap, forward)
 
@@ -1880,6 +1885,13 @@ class DBIterator(Generic[_Item]):
         except StopIteration:
             # A scan its store's close ended raised ClosedError once and is over: keep saying why.
             self._pin.check()
+            raise
+        except ClosedError as e:
+            # The store's close wins over the scan's own reason: a move that a close in another thread cut
+            # short leaves the old merge in place, cancelled as moved.
+            message = self._pin.message
+            if message is not None and e.args != (message,):
+                raise ClosedError(message) from e
             raise
 
     def seek(self, target: BytesLike) -> None:

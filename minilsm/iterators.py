@@ -153,7 +153,13 @@ def merge_visible(
     heap = handle._heap
     try:
         _fill(heap, sources)  # a cancel before it emptied `sources`
+    except ClosedError as e:
+        # A table the store's close closed under a step under way names itself: say why the scan ended.
+        if handle.message is not None and e.args != (handle.message,):
+            raise ClosedError(handle.message) from e
+        raise
     except OSError as e:
+        handle.check()  # (the same, for a file closed under a read)
         raise StoreIOError(f"a scan failed reading a table: {e}") from e
     check = handle.check
     check()  # cancelled before or during the fill: the handle may have missed items not yet in the heap
@@ -179,7 +185,13 @@ def merge_visible(
         try:
             top[1] = entry = top[3]()
             top[0] = entry[0]  # after the call: a source that ends or fails leaves the item whole
+        except ClosedError as e:
+            # As at the fill (a ClosedError of the scan's own `cancel` goes as it is).
+            if handle.message is not None and e.args != (handle.message,):
+                raise ClosedError(handle.message) from e
+            raise
         except OSError as e:
+            check()  # (the same, for a file closed under a read)
             raise StoreIOError(f"a scan failed reading a table: {e}") from e
         except StopIteration:
             # Drop the dry source: the heap's last item takes the top's place and sifts.

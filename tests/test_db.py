@@ -22,6 +22,7 @@ import pytest
 from storeutil import check_invariants, crash, small_options
 
 import minilsm
+from minilsm import db as db_module
 from minilsm.check import check_store
 from minilsm.fs import FileSystem
 from minilsm.keys import KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE
@@ -297,6 +298,61 @@ def test_a_prefixed_db_is_the_store_seen_through_its_prefix(db_path: str) -> Non
         with pytest.raises(TypeError):
             db.prefixed_db("u/")  # type: ignore[arg-type]
         assert db.get(b"a") == b"raw a" and db.get(b"u0") == b"raw u0"  # nothing outside the prefix moved
+
+
+def test_a_move_racing_the_stores_close_raises_closed_error_naming_the_store(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """db.close() in one thread while another seeks and steps an iterator: every move raises ClosedError naming
+    the store.  Found by a thread stress test (close against random moves), whose two windows are hit here in one
+    thread: (1) a seek and step between close()'s closing the table files and its cancelling the iterators read a
+    closed table ("table .../000003.sst is closed"); (2) a close between a seek's check and its cancelling of the
+    old merge left that merge in place, cancelled as "moved", and the next `next()` said so instead."""
+    db = minilsm.DB(db_path, **small_options(block_cache_size=0))
+    for i in range(50):
+        db.put(b"k%03d" % i, b"v")
+    db.flush()  # one table, read from disk by every new merge (no block cache)
+    it = db.iterator()
+    next(it)
+    answers: list[object] = []
+    table_close = TableReader.close
+
+    def close_then_move(self: TableReader) -> None:  # close() closing the tables: the other thread moves then
+        table_close(self)
+        if not answers:
+            try:
+                it.seek(b"k010")
+                answers.append(next(it))
+            except minilsm.ClosedError as e:
+                answers.append(e)
+
+    monkeypatch.setattr(TableReader, "close", close_then_move)
+    db.close()
+    monkeypatch.undo()
+    assert len(answers) == 1 and isinstance(answers[0], minilsm.ClosedError)
+    assert str(answers[0]) == f"{db_path}: the store is closed"
+
+    db = minilsm.DB(db_path, **small_options())
+    it = db.iterator()
+    next(it)
+    scan_cancel = db_module._Scan.cancel
+
+    def close_first(self: Any, message: str) -> None:  # the close lands between the seek's check and its cancel
+        if message == db_module._MOVED and not db.closed:
+            db.close()
+        scan_cancel(self, message)
+
+    monkeypatch.setattr(db_module._Scan, "cancel", close_first)
+    with pytest.raises(minilsm.ClosedError, match="the store is closed"):
+        it.seek(b"k003")
+    monkeypatch.undo()
+    for move in (it.__next__, it.prev, it.seek_to_start, it.seek_to_stop, lambda: it.seek(b"k")):
+        with pytest.raises(minilsm.ClosedError, match="the store is closed"):
+            move()
+    it.close()  # and once closed too, its seeks name the store, as its steps do
+    for move in (it.__next__, it.prev, it.seek_to_start, it.seek_to_stop, lambda: it.seek(b"k")):
+        with pytest.raises(minilsm.ClosedError, match="the store is closed"):
+            move()
 
 
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:

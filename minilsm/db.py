@@ -1794,14 +1794,16 @@ class DBIterator(Generic[_Item]):
     step in the other direction than the last, starts a new merge at the iterator's place: O(sources), and a
     block read per source at its first step, as LevelDB's iterator re-seeks its sources when it changes
     direction.  A `for` loop stepping the iterator when that happens raises `ClosedError` at its next step,
-    rather than go on from the old place.  Once the store closes, the next step raises `ClosedError` (a loop
-    already running too), and so does every use of the iterator after that.
+    rather than go on from the old place.  An exception in a step or a move (an interrupt, a failed read) leaves
+    the iterator at its place, or at the move's: the next step goes on from there.  Once the store closes, the
+    next step raises `ClosedError` (a loop already running too), and so does every use of the iterator after that.
     """
 
     __slots__ = (
-        "_closed", "_forward", "_gen", "_it", "_key_prefix", "_origin", "_pick", "_pin", "_reverse", "_scan",
-        "_start", "_stop",
+        "_closed", "_forward", "_gen", "_it", "_key_prefix", "_pick", "_pin", "_reverse", "_scan", "_start",
+        "_stop",
     )  # fmt: skip
+    _it: Iterator[_Item]
 
     def __init__(
         self,
@@ -1832,20 +1834,22 @@ class DBIterator(Generic[_Item]):
                 start = gap
         elif gap is not None and (stop is None or gap < stop):
             stop = gap
-        self._gen, self._scan = self._pin.merge(start, stop, not forward)
+        gen, scan = self._pin.merge(start, stop, not forward)
+        scan.origin, scan.forward = gap, forward
         it: Any  # an Iterator[_Item], `_Item` as `_Scans.iterator`'s overloads pick it from the same two flags
-        it = self._gen if self._pick is None else map(self._pick, self._gen)
-        self._it: Iterator[_Item] = it
-        self._forward = forward  # in key order
-        self._origin = gap
+        it = gen if self._pick is None else map(self._pick, gen)
+        # In one line, which an interrupt (KeyboardInterrupt) cannot cut in two: one cut short before it leaves the
+        # old merge, cancelled as moved, which the next step replaces (`_step`).
+        self._scan, self._forward, self._it, self._gen = scan, forward, it, gen  # `_forward`: in key order
 
     def _place(self) -> bytes | None:
         """The key the iterator stands just before (None: past every key): where its merge began, or by the key
         that merge yielded last."""
-        last = self._scan.last
+        scan = self._scan
+        last = scan.last
         if last is None:
-            return self._origin
-        return last + b"\x00" if self._forward else last  # k + b"\x00" is the key right after k
+            return scan.origin
+        return last + b"\x00" if scan.forward else last  # k + b"\x00" is the key right after k
 
     def _move(self, gap: bytes | None, forward: bool) -> None:
         """Stand just before `gap`, to step forward or backward from there; ends the merge under way."""
@@ -1855,19 +1859,24 @@ class DBIterator(Generic[_Item]):
         self._scan.cancel(_MOVED)  # a loop stepping it raises, not goes on from the old place
         self._open(gap, forward)
 
-    def _turn(self) -> None:
-        """Step the other way from here: `prev` after `next`, or `next` after `prev`."""
+    def _turn(self, forward: bool) -> None:
+        """Step `forward` (in key order) or back from here, in a new merge: `prev` after `next`, `next` after
+        `prev`, or on from the place where the merge under way was lost (`_step`)."""
         if not self._closed:  # closed, the step ends the iteration as `next` does
-            self._move(self._place(), not self._forward)
+            self._move(self._place(), forward)
 
     def __iter__(self) -> Iterator[_Item]:
         self._pin.check()
-        if self._forward is self._reverse:  # the last step was `prev`
-            self._turn()
+        forward = not self._reverse
+        scan = self._scan
+        # A new merge if the last step was `prev`, or the merge was lost (see `_step`): a loop goes on from the place.
+        lost = scan.message is not None or (getattr(self._gen, "gi_frame", None) is None and not scan.ended)
+        if self._forward is not forward or lost:  # (a generator that is over has no frame)
+            self._turn(forward)
         return self._it
 
     def __next__(self) -> _Item:
-        return self._step(self._forward is self._reverse)  # turn if the last step was `prev`
+        return self._step(not self._reverse)
 
     def prev(self) -> _Item:
         """Step back: the item before the iterator's place (after it, for a reverse iterator), as plyvel's `prev`.
@@ -1875,24 +1884,32 @@ class DBIterator(Generic[_Item]):
         Raises StopIteration at the start of the range (the end, reversed).  After `next` yielded an item,
         `prev` yields that item again.
         """
-        return self._step(self._forward is not self._reverse)  # turn if the last step was `next`
+        return self._step(self._reverse)
 
-    def _step(self, turn: bool) -> _Item:
-        if turn:
-            self._turn()
+    def _step(self, forward: bool) -> _Item:
+        """The next item `forward` (in key order) or back; turns first if the last step went the other way."""
+        if self._forward is not forward:
+            self._turn(forward)
         try:
             return next(self._it)
         except StopIteration:
             # A scan its store's close ended raised ClosedError once and is over: keep saying why.
             self._pin.check()
-            raise
+            if self._closed or self._scan.ended:
+                raise
         except ClosedError as e:
             # The store's close wins over the scan's own reason: a move that a close in another thread cut
             # short leaves the old merge in place, cancelled as moved.
             message = self._pin.message
             if message is not None and e.args != (message,):
                 raise ClosedError(message) from e
-            raise
+            if e.args != (_MOVED,):
+                raise
+        # The merge was lost without running out: an exception in an earlier step (an interrupt, a failed read)
+        # ended it, or an interrupt cut a move short after it cancelled the merge.  The place is still known:
+        # go on from there rather than end the iteration in mid-range.
+        self._turn(forward)
+        return next(self._it)
 
     def seek(self, target: BytesLike) -> None:
         """Stand just before `target`: `next` then yields the first item at or after it, and `prev` the last one
@@ -2020,11 +2037,13 @@ class _Pin:
 class _Scan(ScanHandle):
     """The handle of one merge of a `_Pin`'s view, which it holds for as long as a loop may step the merge."""
 
-    __slots__ = ("view",)
+    __slots__ = ("forward", "origin", "view")
 
     def __init__(self, sources: list[Iterator[Entry]], view: _Pin) -> None:
         super().__init__(sources)
         self.view = view
+        self.origin: bytes | None = None  # the key the merge began just before (None: past every key)
+        self.forward = True  # in key order
 
 
 class Snapshot(_Scans):

@@ -83,7 +83,7 @@ class ScanHandle:
     `cancel` O(sources); nothing per key.
     """
 
-    __slots__ = ("__weakref__", "_heap", "last", "message", "sources")
+    __slots__ = ("__weakref__", "_heap", "ended", "last", "message", "sources")
 
     def __init__(self, sources: list[Iterator[Entry]]) -> None:
         self.sources = sources  # the scan's own list, which `cancel` empties
@@ -91,6 +91,8 @@ class ScanHandle:
         self.message: str | None = None  # set by `cancel`: the ClosedError's message
         self.last: bytes | None = None
         """The key the scan yielded last (None before the first): where an iterator stepping it stands."""
+        self.ended = False
+        """The scan ran out (not ended by an exception, which leaves its generator over too)."""
 
     def cancel(self, message: str) -> None:
         """Make the scan's next step raise `ClosedError(message)`, and let go of its sources now.
@@ -205,6 +207,7 @@ def merge_visible(
         handle.last = cur
         yield cur, best_value  # type: ignore[misc]
     check()  # cancelled after the last step
+    handle.ended = True
 
 
 def _fill(heap: list[Any], sources: list[Iterator[Entry]]) -> None:

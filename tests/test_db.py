@@ -15,6 +15,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from storeutil import check_invariants, crash, small_options
 
 import minilsm
 from minilsm import db as db_module
+from minilsm import iterators as iterators_module
 from minilsm.check import check_store
 from minilsm.fs import FileSystem
 from minilsm.keys import KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE
@@ -353,6 +355,91 @@ def test_a_move_racing_the_stores_close_raises_closed_error_naming_the_store(
     for move in (it.__next__, it.prev, it.seek_to_start, it.seek_to_stop, lambda: it.seek(b"k")):
         with pytest.raises(minilsm.ClosedError, match="the store is closed"):
             move()
+
+
+def test_an_iterator_goes_on_from_its_place_after_an_interrupted_step_or_move(db_path: str) -> None:
+    """A Ctrl-C (KeyboardInterrupt, raised at any bytecode) or a failed read inside a step or a move, caught: the
+    iterator still stands at its place (or at the move's), and goes on from there.  Found by raising
+    KeyboardInterrupt at each line of DBIterator's methods and of the merge in turn (sys.settrace): the merge
+    that the exception ended then ran dry, so the next `next()` said StopIteration in mid-range (and `for` over
+    the iterator looped over nothing); a move cut short left a merge cancelled as moved in place, whose next
+    step raised ClosedError("...has moved") and then ran dry; and a seek cut short between its assignments put
+    the iterator at neither place (after next x3, prev, an interrupted seek, next gave k004 of k000..k006)."""
+    db = minilsm.DB(db_path, **small_options(block_cache_size=0))
+    items = [(b"k%03d" % i, b"v%d" % i) for i in range(40)]
+    for k, v in items:
+        db.put(k, v)
+    db.flush()  # one table, each step reading it
+    keys = [k for k, _ in items]
+
+    def interrupt_at(n: int, move: Callable[[], object]) -> bool:
+        """Run `move`, raising KeyboardInterrupt at its `n`th line in minilsm.db or .iterators (False: fewer)."""
+        count = 0
+
+        def trace(frame: Any, event: str, arg: object) -> Any:
+            nonlocal count
+            if event == "line" and frame.f_code.co_filename in (db_module.__file__, iterators_module.__file__):
+                count += 1
+                if count == n:
+                    raise KeyboardInterrupt
+            return trace
+
+        sys.settrace(trace)
+        try:
+            move()
+        except KeyboardInterrupt:
+            return True
+        finally:
+            sys.settrace(None)
+        return False
+
+    def five(it: minilsm.DBIterator[bytes]) -> None:
+        for i, _ in enumerate(it):
+            if i == 4:
+                break
+
+    for reverse in (False, True):
+        order = keys[::-1] if reverse else keys  # the order `next` takes
+        for name, places in (("next", {2, 3}), ("prev", {2, 1}), ("seek", {2, 20}), ("loop", set(range(2, 8)))):
+            n = 0
+            while True:
+                n += 1
+                it = db.iterator(reverse=reverse, include_value=False)
+                assert [next(it), next(it), next(it), it.prev()] == order[:3] + order[2:3]  # it stands at 2
+                move = {
+                    "next": it.__next__,
+                    "prev": it.prev,
+                    "seek": partial(it.seek, keys[20]),
+                    "loop": partial(five, it),
+                }
+                if not interrupt_at(n, move[name]):
+                    break
+                # It stands at 2 (nothing done) or where the move took it; next, next, prev, prev then tell where.
+                got = [next(it, None), next(it, None), it.prev(), it.prev()]
+                assert any(got == [order[p], order[p + 1], order[p + 1], order[p]] for p in places), (name, n, got)
+                assert [*it] == order[order.index(got[0]) :]  # and a loop goes on from there
+                it.close()
+
+    # A read that fails once (EIO): the step raises StoreIOError, and the next one goes on from the place.
+    it = db.iterator(include_value=False)
+    assert [next(it), next(it)] == keys[:2]
+    load_block = TableReader._load_block
+    failed: list[int] = []
+
+    def fail_once(self: TableReader, i: int, ahead: Any = None) -> Any:
+        if not failed:
+            failed.append(i)
+            raise OSError(5, "Input/output error")
+        return load_block(self, i, ahead)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TableReader, "_load_block", fail_once)
+        it.seek(keys[30])
+        with pytest.raises(minilsm.StoreIOError):
+            next(it)
+        assert next(it) == keys[30] and it.prev() == keys[30] and it.prev() == keys[29]
+        assert failed
+    db.close()
 
 
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:

@@ -41,7 +41,7 @@ from minilsm import compaction
 from minilsm.batch import LogChain, decode_batch
 from minilsm.cache import TableFileCache
 from minilsm.check import Finding, closed_store, is_table_or_log
-from minilsm.errors import CorruptionError
+from minilsm.errors import CorruptionError, Error
 from minilsm.fs import FileSystem
 from minilsm.iterators import Entry
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
@@ -107,8 +107,9 @@ def repair_store(path: str | os.PathLike[str], options: Options | None = None, *
 
     `options` (or keyword arguments, as `DB` takes them) give the new tables' sizes, filters and level
     layout (``compaction_style="tiered"`` for a tiered store).  Raises `NotFoundError` if `path` holds no
-    store, `LockError` if the store is open.  O(store size): every table and log is read once, and every
-    kept version written once.
+    store, `LockError` if the store is open, and `Error` if something that is not a directory is named
+    ``lost``, before anything changes.  O(store size): every table and log is read once, and every kept version
+    written once.
     """
     opts = Options.make(options, **kwargs)
     path = os.path.abspath(os.fsdecode(path))
@@ -117,6 +118,10 @@ def repair_store(path: str | os.PathLike[str], options: Options | None = None, *
 
 
 def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> RepairReport:
+    lost = f"{path}/{LOST_DIR}"
+    if LOST_DIR in names and not fs.is_dir(lost):
+        # Found now, before anything changes, not when the first damaged file has nowhere to go.
+        raise Error(f"{lost} is in the way: repair moves damaged files into a directory of that name; move it")
     report = RepairReport(path)
     stats = Stats()
     state = _read_manifest(fs, path, names, report)

@@ -365,3 +365,16 @@ def test_an_old_file_that_cannot_be_removed_does_not_fail_a_repair_that_took_eff
     report = repair_store(path, **small_options())
     assert report.ok
     assert contents(path) == model
+
+
+def test_a_file_named_lost_stops_the_repair_before_it_changes_anything(path: str) -> None:
+    """Found by the repair's audit (by reading): the first damaged file to move raised FileExistsError, with the
+    repair half done.  Now the repair refuses at once, naming the file, and the store stays as it was."""
+    history(path, random.Random(8), steps=300)
+    with open(os.path.join(path, "MANIFEST"), "r+b") as f:
+        f.write(b"\x00" * 40)  # damaged: the repair would move it into lost/ first
+    Path(path, LOST_DIR).write_text("the application's")
+    before = sorted(os.listdir(path))
+    with pytest.raises(minilsm.Error, match="is in the way"):
+        repair_store(path, **small_options())
+    assert sorted(os.listdir(path)) == before

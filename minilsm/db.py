@@ -67,7 +67,7 @@ from minilsm.errors import (
     StoreIOError,
 )
 from minilsm.fs import FileSystem
-from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds
+from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds, restate_closed
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, BytesLike, check_key, check_value
 from minilsm.manifest import (
     MANIFEST_NAME,
@@ -1900,9 +1900,7 @@ class DBIterator(Generic[_Item]):
         except ClosedError as e:
             # The store's close wins over the scan's own reason: a move that a close in another thread cut
             # short leaves the old merge in place, cancelled as moved.
-            message = self._pin.message
-            if message is not None and e.args != (message,):
-                raise ClosedError(message) from e
+            restate_closed(e, self._pin.message)
             if e.args != (_MOVED,):
                 raise
         # The merge was lost without running out: an exception in an earlier step (an interrupt, a failed read)

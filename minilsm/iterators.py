@@ -157,8 +157,7 @@ def merge_visible(
         _fill(heap, sources)  # a cancel before it emptied `sources`
     except ClosedError as e:
         # A table the store's close closed under a step under way names itself: say why the scan ended.
-        if handle.message is not None and e.args != (handle.message,):
-            raise ClosedError(handle.message) from e
+        restate_closed(e, handle.message)
         raise
     except OSError as e:
         handle.check()  # (the same, for a file closed under a read)
@@ -188,9 +187,7 @@ def merge_visible(
             top[1] = entry = top[3]()
             top[0] = entry[0]  # after the call: a source that ends or fails leaves the item whole
         except ClosedError as e:
-            # As at the fill (a ClosedError of the scan's own `cancel` goes as it is).
-            if handle.message is not None and e.args != (handle.message,):
-                raise ClosedError(handle.message) from e
+            restate_closed(e, handle.message)  # as at the fill
             raise
         except OSError as e:
             check()  # (the same, for a file closed under a read)
@@ -208,6 +205,13 @@ def merge_visible(
         yield cur, best_value  # type: ignore[misc]
     check()  # cancelled after the last step
     handle.ended = True
+
+
+def restate_closed(e: ClosedError, message: str | None) -> None:
+    """Raise ClosedError(`message`), from `e`, if `message` (why the scan was ended) is set and `e` says another
+    thing: a table closed under a step names the table, where the reason is the store's close."""
+    if message is not None and e.args != (message,):
+        raise ClosedError(message) from e
 
 
 def _fill(heap: list[Any], sources: list[Iterator[Entry]]) -> None:

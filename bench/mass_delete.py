@@ -7,8 +7,9 @@ and waits again.  It prints the bytes in the store's directory at both points be
 keys and values that remain), and the deletes' rate.  A store that keeps the deleted values (LevelDB keeps
 them until a merge from above reaches their tables) stays near its loaded size; one that compacts tables of
 mostly tombstones (minilsm's `tombstone_compaction`) comes down toward the live data.  The default stores
-are minilsm, minilsm without tombstone compaction (`minilsm-notomb`), LevelDB and RocksDB (each skipped with
-a note if its package is missing).
+are minilsm, minilsm without tombstone compaction (`minilsm-notomb`), the same two size-tiered
+(`minilsm-tiered`, `minilsm-tiered-notomb`), LevelDB and RocksDB (each skipped with a note if its package is
+missing).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from bench import common
 from bench import workloads as w
 from bench.peers import Peer, peers
 
-DEFAULT_STORES = "minilsm,minilsm-notomb,leveldb,rocksdb"
+DEFAULT_STORES = "minilsm,minilsm-notomb,minilsm-tiered,minilsm-tiered-notomb,leveldb,rocksdb"
 
 
 def run_store(peer: Peer, path: str, data: w.Data, fraction: float) -> dict[str, Any]:

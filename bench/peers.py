@@ -471,6 +471,15 @@ def peers(num: int) -> list[Peer]:
             on_request=True,
         ),
         Peer(
+            "minilsm-tiered-notomb",
+            "",
+            lambda path: MiniLSMStore(path, compaction_style="tiered", tombstone_compaction=False),
+            "as minilsm",
+            "as minilsm-tiered, but no tombstone compaction (tombstone_compaction=False): runs of mostly "
+            "tombstones wait for runs of similar size to merge with them; run only when named in --stores",
+            on_request=True,
+        ),
+        Peer(
             "minilsm-large",
             "",
             lambda path: MiniLSMStore(

@@ -21,7 +21,8 @@ Two styles, as in RocksDB:
   order (Cassandra instead reconciles by timestamp on every read).
 
 When no level is over its limit, leveled compaction also compacts tables
-that are mostly tombstones (`tombstone_compaction`), so that mass deletes give
+that are mostly tombstones (`tombstone_compaction`; tiered: a run that is, with
+every older run), so that mass deletes give
 their space back, and after that does LevelDB's **seek compaction**
 (`seek_compaction`): a table that reads keep probing in vain is merged into the
 level below, so that those reads ask one filter fewer.
@@ -125,10 +126,14 @@ def pick_compaction(
     `options.tombstone_compaction`; `oldest_snapshot` is the sequence number of the oldest live snapshot, and
     `quiet` says no writes wait in the memtables), then a seek
     compaction (when `options.seek_compaction` and `seek`: the store holds seek compactions back for a while
-    after one, see `db.SEEK_PACE`).
+    after one, see `db.SEEK_PACE`).  Tiered: runs of similar size; if none are due and the store is `quiet`, a
+    run that is mostly tombstones with every older run (`tiered_tombstone_compaction`).
     """
     if options.compaction_style == "tiered":
-        return _pick_tiered(version, options)
+        c = _pick_tiered(version, options)
+        if c is None and options.tombstone_compaction and quiet:
+            c = tiered_tombstone_compaction(version, oldest_snapshot)
+        return c
     best_level, best_score = -1, 1.0
     for level in range(options.max_levels - 1):  # the last level has no limit: nowhere to go
         if level == 0:
@@ -319,6 +324,53 @@ def _pick_tiered(version: Version, options: Options) -> Compaction | None:
                 split_output=False,
                 drops_all_tombstones=(j == n and version.bottom_level_with_data() == 0),
             )
+    return None
+
+
+def tiered_tombstone_compaction(version: Version, oldest_snapshot: int | None) -> Compaction | None:
+    """Size-tiered: the newest run that is mostly tombstones, merged with every older run; or None.
+
+    After mass deletes a tiered store keeps the tombstones in the newer runs and
+    the values they delete in the older ones until runs of similar size happen to
+    merge, which for the largest run may be never: deleting 90% of 200k keys left
+    15.6 times the live data on disk (bench/RESULTS.md, "Space after mass
+    deletes").  Only a merge that reaches the oldest run can drop a tombstone, so
+    the run is merged with all the runs older than it, as RocksDB's universal
+    compaction does with a file its deletion collector marked
+    (``PickDeleteTriggeredCompaction``).  Two conditions keep that from running
+    when it would not pay:
+
+    * the run is at least `TOMBSTONE_RATIO` tombstones, as for leveled; and the
+      runs merged are at least `TOMBSTONE_RATIO` / 2 tombstones among them.  Each
+      tombstone deletes at most one older version, so the merge frees at most
+      twice its tombstones: without the second test a queue's flushes (every key
+      written and deleted again, runs of tombstones only) would rewrite the whole
+      store for the little each flush deletes;
+    * no live snapshot is older than the merge's newest version (one may need a
+      tombstone to hide an older value, and a merge that keeps tombstones would be
+      picked again and again), and the store has nothing in deeper levels (a store
+      made leveled and reopened tiered), which may hold what a tombstone deletes.
+
+    The caller asks only when `quiet` (no writes waiting in the memtables): while
+    deletes go on, every flush of them would set off a merge of the whole store.
+    Every tombstone of the merged runs goes, so the work ends.  O(runs²), and a store has few runs.
+    """
+    runs = version.levels[0]  # newest first
+    if version.bottom_level_with_data() != 0:
+        return None
+    for i, run in enumerate(runs):
+        meta = run.meta
+        if meta.num_deletions < TOMBSTONE_RATIO * meta.num_entries:
+            continue
+        window = list(runs[i:])
+        deletions = sum(t.meta.num_deletions for t in window)
+        entries = sum(t.meta.num_entries for t in window)
+        if deletions < TOMBSTONE_RATIO / 2 * entries:
+            continue
+        if oldest_snapshot is not None and oldest_snapshot < max(t.meta.max_seq for t in window):
+            continue
+        reason = f"run {run.number} is {meta.num_deletions} tombstones of {meta.num_entries} entries"
+        return Compaction(0, 0, window, [], reason, split_output=False, drops_all_tombstones=True)
     return None
 
 

@@ -98,8 +98,11 @@ class Options:
     """Leveled: when no level is over its size, compact level 0 or a deeper table when at least half of its
     entries are tombstones, so that after mass deletes the tombstones and the values they delete go without
     `compact_range` (`compaction.tombstone_compaction`; LevelDB keeps both until a merge from above reaches them;
-    RocksDB weighs deletions into its compaction scores).  Off: LevelDB's behaviour, with no compaction work that
-    deletes set off.  bench/RESULTS.md ("Space after mass deletes") measures both."""
+    RocksDB weighs deletions into its compaction scores).  Size-tiered: once no writes are pending, merge the
+    newest run that is at least half tombstones with every older run, when enough of what it merges is tombstones
+    (`compaction.tiered_tombstone_compaction`; RocksDB's universal compaction does so with a file its deletion
+    collector marks).  Off: LevelDB's behaviour, with no compaction work that deletes set off.  bench/RESULTS.md
+    ("Space after mass deletes") measures both."""
     tiered_min_threshold: int = 4
     """Size-tiered: tables of similar size merged once this many exist."""
     tiered_bucket_low: float = 0.5

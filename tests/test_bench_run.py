@@ -79,6 +79,7 @@ def test_the_tiered_variant_runs_only_when_named(tmp_path: Path, capsys: pytest.
         "minilsm-mmap",
         "minilsm-noseek",
         "minilsm-notomb",
+        "minilsm-tiered-notomb",
         "minilsm-large",
         "rocksdb-small",
     ]

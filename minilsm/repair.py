@@ -1,8 +1,10 @@
 """Rebuilding a damaged store from what can still be read: what ``minilsm repair`` runs (LevelDB's RepairDB).
 
-A store whose manifest is lost or damaged, or one of whose tables or logs is,
-does not open: the open raises `CorruptionError` naming the file, and never
-guesses.  `repair_store` is the guess, made on purpose and reported in full:
+A store whose manifest is lost or damaged, or one of whose logs or tables'
+footers, indexes, filters or properties is, does not open: the open raises
+`CorruptionError` naming the file, and never guesses (a damaged data block
+fails the reads that need it).  `repair_store` is the guess, made on purpose
+and reported in full:
 
 * the versions: every data block of every table that reads back whole (a
   block failing its checksum is skipped; a table whose footer, index or filter

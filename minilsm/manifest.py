@@ -15,7 +15,8 @@ change, O(live tables) each time: with 64 KiB keys, a 400 MiB load wrote
 When the edits outgrow their snapshot (and `REWRITE_AFTER`), the next change
 starts a new file holding one snapshot of the state, written to
 ``MANIFEST.tmp``, synced and renamed over ``MANIFEST``.  The file thus stays
-within about twice its snapshot, recovery replays a bounded number of edits,
+within about twice its snapshot (or its snapshot and 64 KiB of edits, while the
+snapshot is smaller than that), recovery replays a bounded number of edits,
 and all writes together cost O(changes).  Each open starts a fresh file too.
 
 Crash safety.  An edit is appended in one write and synced before the store

@@ -13,9 +13,10 @@ All disk reads go through `format.read_file_bytes`, which counts their bytes;
 every block through `format.read_block`, which checks and counts it.  The file
 itself is fetched per block read from the shared `TableFileCache` if one is
 given (so the number of open files stays bounded), else held open.  A forward
-scan that reaches its third block keeps the file for the rest of the scan and
-reads it ahead in growing windows (`format.Readahead`): fewer, larger reads,
-each block still checked and counted by `read_block`.
+scan that reaches its third block keeps the file for the rest of the scan and,
+unless the file is mapped (`Options.mmap_reads`), reads it ahead in growing
+windows (`format.Readahead`): fewer, larger reads, each block still checked and
+counted by `read_block`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""docs/FORMAT.md and docs/BLOOM.md, executed: an independent decoder written from the documents alone.
+"""docs/FORMAT.md, FORMAT-wal.md and BLOOM.md, executed: an independent decoder written from the documents alone.
 
 The decoder below (the `doc_*` functions) uses only `struct`, `xxhash` and `json`, and follows the
-two documents byte by byte: block framing, data blocks (entries, offset array, hash index),
-the index, filter, properties blocks, the footer, and the manifest.  The library is imported only
+three documents byte by byte: block framing, data blocks (entries, offset array, hash index),
+the index, filter, properties blocks, the footer, the manifest, and a store's log.  The library is imported only
 to build real files and to say what the decoder must find in them.  So a change to the format
 that the documents do not follow, or a document that no longer tells the truth, fails here.
 
@@ -221,6 +221,28 @@ def doc_manifest_state(records: list[dict[str, Any]]) -> dict[str, Any]:
         for level, pointer in edit["compact_pointers"]:
             state["compact_pointers"][level] = pointer
     return state
+
+
+def doc_log(data: bytes) -> list[tuple[int, list[tuple[int, bytes, bytes]]]]:
+    """FORMAT-wal.md, "Record" and "Write-batch payload": (seq, [(kind, key, value)]) per record, all intact."""
+    batches, pos = [], 0
+    while pos < len(data):
+        length, header_check, checksum = struct.unpack_from("<IIQ", data, pos)
+        assert header_check == xxhash.xxh32_intdigest(data[pos : pos + 4]) and length <= 128 << 20
+        payload = data[pos + 16 : pos + 16 + length]
+        assert len(payload) == length and checksum == xxhash.xxh3_64_intdigest(payload)
+        seq, count = struct.unpack_from("<QI", payload, 0)
+        ops, at = [], 12
+        for _ in range(count):
+            kind, key_len, value_len = struct.unpack_from("<BII", payload, at)
+            key = payload[at + 9 : at + 9 + key_len]
+            ops.append((kind, key, payload[at + 9 + key_len : at + 9 + key_len + value_len]))
+            at += 9 + key_len + value_len
+            assert kind in (0, 1) and (kind == 1 or value_len == 0)  # a delete carries no value
+        assert at == len(payload) == 12 + sum(9 + len(k) + len(v) for _, k, v in ops)
+        batches.append((seq, ops))
+        pos += 16 + length
+    return batches
 
 
 # -- reading the documents themselves -----------------------------------------------------
@@ -454,6 +476,28 @@ def test_the_manifest_example_is_what_its_store_writes(db_path: str) -> None:
             db.put(b"k%05d" % i, b"v" * 10)
         db.flush()
         assert doc_manifest(Path(db_path, "MANIFEST").read_bytes()) == doc_manifest_example(section)
+
+
+def test_a_store_log_decodes_as_documented(db_path: str) -> None:
+    """FORMAT-wal.md on the log a real store leaves: one record per write or batch, op i at seq + i."""
+    with minilsm.DB(db_path, background=False) as db:
+        db.put(b"apple", b"red")
+        db.delete(b"pear")
+        with db.write_batch() as wb:
+            wb.put(b"a", b"1")
+            wb.delete(b"apple")
+            wb.put(b"", b"empty key")
+        db.put(b"big", b"v" * 1000, sync=True)
+    (log,) = [p for p in Path(db_path).iterdir() if re.fullmatch(r"\d{6}\.log", p.name)]  # close flushes nothing
+    batches = doc_log(log.read_bytes())
+    assert batches == [
+        (1, [(1, b"apple", b"red")]),
+        (2, [(0, b"pear", b"")]),
+        (3, [(1, b"a", b"1"), (0, b"apple", b""), (1, b"", b"empty key")]),
+        (6, [(1, b"big", b"v" * 1000)]),
+    ]
+    with minilsm.DB(db_path, background=False) as db:  # and the store reads back what the decoder found
+        assert list(db.iterator()) == [(b"", b"empty key"), (b"a", b"1"), (b"big", b"v" * 1000)]
 
 
 def test_both_readings_of_the_digest_agree() -> None:

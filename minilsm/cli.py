@@ -237,6 +237,18 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    target = os.path.abspath(args.target)
+    with _open(args) as db:
+        db.checkpoint(target)
+        tables = len(db.tables())
+    if args.json:
+        _print_json({"checkpoint": target, "tables": tables})
+    else:
+        print(f"{target}: a copy of {db.path}, {tables} tables")
+    return EXIT_OK
+
+
 def cmd_dump(args: argparse.Namespace) -> int:
     try:
         dump = dump_table(DEFAULT_FS, args.file, entries=args.entries, limit=args.limit)
@@ -390,6 +402,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="PATH")
     p.add_argument("--start", metavar="KEY", help="first key of the range")
     p.add_argument("--stop", metavar="KEY", help="last key of the range")
+
+    p = command("checkpoint", cmd_checkpoint, "copy the store into a new directory (its tables hard-linked)", [style])
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("target", metavar="TARGET", help="the new directory (must not exist)")
 
     p = command("dump", cmd_dump, "one table file: footer, properties, index, filter, and optionally its entries")
     p.add_argument("file", metavar="FILE.sst")

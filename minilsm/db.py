@@ -56,6 +56,7 @@ from minilsm import compaction, report, worker
 from minilsm.batch import LogChain, WriteBatch, encode_batch
 from minilsm.bloom import key_hash
 from minilsm.cache import ClockCache, TableFileCache
+from minilsm.checkpoint import write_checkpoint
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
@@ -1086,6 +1087,31 @@ class DB(_Writes, _Scans):
                 self._cond.notify_all()
             if not self.options.background:
                 self._do_background_work()
+
+    def checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Write a copy of the store into the new directory `path`, while the store stays open (RocksDB's
+        ``Checkpoint``): every write acknowledged before the call, as a store that opens on its own.
+
+        Flushes the memtable, then takes the live tables under the mutex; they stay on disk until the copy
+        is made, and the writes other threads make meanwhile go on and stay out of it.  The tables are
+        hard-linked, not copied (copied only across file systems), so the cost is the flush plus O(tables):
+        see `minilsm.checkpoint`.  Raises `ExistsError` if `path` exists; a failure leaves no directory there.
+        """
+        target = os.path.abspath(os.fsdecode(path))
+        self.flush()
+        with self._mutex:
+            self._check_writable()
+            version = self._version  # held until this returns: no table of it is deleted meanwhile
+            state = ManifestState(
+                next_file_number=self._next_file,
+                last_sequence=self._last_seq,
+                levels=version.metas(),
+                compact_pointers=list(self._compact_pointers),
+            )
+        try:
+            write_checkpoint(self._fs, self.path, target, state)
+        except OSError as e:
+            raise StoreIOError(f"{target}: the checkpoint of {self.path} failed: {e}") from e
 
     def _still_fresh(self, tables: set[int], snapshots: set[int]) -> set[int]:
         """`tables`, written by merges that began while `snapshots` (sequence numbers) were the live ones, if all

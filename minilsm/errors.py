@@ -51,7 +51,7 @@ class NotFoundError(Error):
 
 
 class ExistsError(Error):
-    """The database exists and `error_if_exists` is true."""
+    """The database exists and `error_if_exists` is true, or a checkpoint's target path exists."""
 
 
 class StoreIOError(Error):

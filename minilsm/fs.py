@@ -104,6 +104,11 @@ class FileSystem:
     def remove(self, path: str) -> None:
         os.remove(path)
 
+    def link(self, src: str, dst: str) -> None:
+        """Give the file `src` a second name `dst` (a hard link: the same file, not a copy).  Call `sync_dir`
+        to make it durable."""
+        os.link(src, dst)
+
     def remove_dir(self, path: str) -> None:
         """Remove an empty directory (a compaction worker's scratch directory)."""
         os.rmdir(path)

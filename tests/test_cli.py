@@ -125,6 +125,17 @@ def test_compact(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == EXIT_OK and out.startswith("before:") and "after:" in out
 
 
+def test_checkpoint(store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    target = store + "-copy"
+    code, out, _ = run(capsys, "checkpoint", store, target, "--json")
+    assert code == EXIT_OK and json.loads(out) == {"checkpoint": target, "tables": len(tables_of(store))}
+    assert tables_of(target) == tables_of(store)
+    with minilsm.DB(store) as db, minilsm.DB(target, create_if_missing=False) as copy:
+        assert list(copy.iterator()) == list(db.iterator())
+    code, _, err = run(capsys, "checkpoint", store, target)  # a second time: the target exists
+    assert code == EXIT_ERROR and "exists" in err
+
+
 def test_a_tiered_store_keeps_its_shape_under_compaction_style_tiered(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -30,6 +30,7 @@ class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="minilsm-state-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+        self.dirs = [self.dir]  # the store's, then each checkpoint's
         self.model: dict[bytes, bytes] = {}
         self.snaps: dict[int, tuple[minilsm.DB, minilsm.Snapshot, dict[bytes, bytes]]] = {}
         self.next_snap = 0
@@ -48,7 +49,8 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             self.db.close()
         finally:  # a failing example's store must not stay behind in /dev/shm either
-            shutil.rmtree(self.dir, ignore_errors=True)
+            for d in self.dirs:
+                shutil.rmtree(d, ignore_errors=True)
 
     # -- writes --
     @rule(key=keys, value=values)
@@ -246,10 +248,27 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule()
     def reopen(self) -> None:
+        self._reopen_at(self.dir)
+
+    def _reopen_at(self, path: str) -> None:
         self.db.close()
         self._end_cursors()
+        self.dir = path
         self.db = self._open()
         self.snaps.clear()
+
+    @rule(move=st.booleans())
+    def checkpoint(self, move: bool) -> None:
+        target = f"{self.dirs[0]}.cp{len(self.dirs)}"
+        self.db.checkpoint(target)
+        self.dirs.append(target)
+        if move:  # the copy becomes the store, and every later step runs on it
+            self._reopen_at(target)
+            assert list(self.db.iterator()) == sorted(self.model.items())
+        else:
+            with minilsm.DB(target, create_if_missing=False, **small_options(compaction_style=self.style)) as copy:
+                assert list(copy.iterator()) == sorted(self.model.items())
+                check_invariants(copy)
 
     @rule()
     def crash_and_reopen(self) -> None:

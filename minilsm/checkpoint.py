@@ -1,0 +1,115 @@
+"""Checkpoints: a consistent copy of an open store in a new directory, as RocksDB's ``Checkpoint``.
+
+`DB.checkpoint` flushes the memtable and takes the live tables and counters under the store's mutex; this
+module writes the copy from them.  Tables are immutable once written, so the copy does not copy them: each
+is hard-linked into the new directory (an O(1) name, not O(bytes)), or copied where a link cannot be made (another
+file system).  The store may delete its own name of a table later, after a compaction; the checkpoint's name
+keeps the file.  The copy gets a manifest of its own listing those tables and an empty log, so that it opens as
+an ordinary store, from then on independent of the one it came from.
+
+The copy is built in a staging directory beside the target (``<target>.checkpoint.tmp``) and renamed into
+place once every file in it is durable, so a crash or a failure leaves either no target or a whole one; a
+staging directory that a crash left behind is cleared by the next checkpoint to the same target.  O(tables).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+
+from minilsm.errors import ExistsError
+from minilsm.fs import FileSystem
+from minilsm.manifest import ManifestState, write_manifest
+from minilsm.sstable.format import table_file_name
+from minilsm.wal import log_file_name
+
+STAGING_SUFFIX = ".checkpoint.tmp"
+_COPY_CHUNK = 1 << 20
+
+_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
+"""Why ``link(2)`` may refuse where a copy would do: another file system, one without hard links, a link count
+at its limit."""
+
+
+def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestState) -> None:
+    """Make `target` (a directory that must not exist) a store holding `state`'s tables from `source`.
+
+    `state` is the source's manifest as of the checkpoint: its tables must stay on disk until this returns
+    (the caller holds their `Version`).  Raises `ExistsError` if `target` exists, and lets an `OSError` out
+    (the target is then absent).
+    """
+    if fs.exists(target):
+        raise _exists(target)
+    staging = target + STAGING_SUFFIX
+    _clear_staging(fs, staging)
+    fs.makedirs(staging)
+    try:
+        _fill(fs, source, staging, state)
+        if fs.exists(target):  # made meanwhile: a rename could replace it if it is an empty directory
+            raise _exists(target)
+        fs.rename(staging, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _clear_staging(fs, staging)
+        raise
+    fs.sync_dir(os.path.dirname(target))
+
+
+def _exists(target: str) -> ExistsError:
+    return ExistsError(f"{target}: a checkpoint needs a new directory, and this path exists")
+
+
+def _fill(fs: FileSystem, source: str, staging: str, state: ManifestState) -> None:
+    """The tables linked or copied, an empty log and a manifest, all durable in `staging`."""
+    for level in state.levels:
+        for meta in level:
+            name = table_file_name(meta.number)
+            _link_or_copy(fs, f"{source}/{name}", f"{staging}/{name}")
+    # An empty log for the manifest to name, numbered past every table, as a new store's first log is.
+    log_number = state.next_file_number
+    log = fs.open_writable(f"{staging}/{log_file_name(log_number)}")
+    try:
+        log.sync()
+    finally:
+        log.close()
+    write_manifest(
+        fs,
+        staging,
+        ManifestState(log_number + 1, state.last_sequence, log_number, state.levels, state.compact_pointers),
+    )
+    fs.sync_dir(staging)
+
+
+def _link_or_copy(fs: FileSystem, src: str, dst: str) -> None:
+    try:
+        fs.link(src, dst)
+    except OSError as e:
+        if e.errno not in _NO_LINK:
+            raise
+        _copy(fs, src, dst)
+
+
+def _copy(fs: FileSystem, src: str, dst: str) -> None:
+    """`src` copied to a new file `dst`, synced: a megabyte a read, through the file system seam."""
+    reader = fs.open_random(src)
+    try:
+        writer = fs.open_writable(dst)
+        try:
+            size = reader.size()
+            for offset in range(0, size, _COPY_CHUNK):
+                writer.append(reader.pread(offset, min(_COPY_CHUNK, size - offset)))
+            writer.sync()
+        finally:
+            writer.close()
+    finally:
+        reader.close()
+
+
+def _clear_staging(fs: FileSystem, staging: str) -> None:
+    """Remove what an earlier checkpoint to the same target left when it crashed or failed."""
+    if not fs.exists(staging):
+        return
+    for name in fs.listdir(staging):
+        fs.remove(f"{staging}/{name}")
+    fs.remove_dir(staging)

@@ -1,0 +1,218 @@
+"""`DB.checkpoint`: a copy of an open store in a new directory, whole or absent, independent once made."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+import pytest
+from storeutil import check_invariants, small_options
+
+import minilsm
+from minilsm.checkpoint import STAGING_SUFFIX
+from minilsm.fs import FileSystem
+
+
+def _load(db: minilsm.DB, n: int, tag: bytes = b"v") -> dict[bytes, bytes]:
+    model = {b"k%05d" % i: tag + b"%d" % i for i in range(n)}
+    for k, v in model.items():
+        db.put(k, v)
+    return model
+
+
+def test_a_checkpoint_holds_every_acknowledged_write_and_nothing_after(db_path: str) -> None:
+    target = db_path + "-copy"
+    with minilsm.DB(db_path, **small_options()) as db:
+        model = _load(db, 1500)
+        db.delete(b"k00007")
+        del model[b"k00007"]
+        db.put(b"unflushed", b"in the memtable")  # the checkpoint flushes it first
+        model[b"unflushed"] = b"in the memtable"
+        with db.snapshot():
+            db.checkpoint(target)
+        db.put(b"after", b"x")
+        for k in list(model)[:700]:
+            db.delete(k)
+        db.compact_range()  # deletes the tables the checkpoint linked: its names keep them
+        assert b"after" in db and len(list(db)) == len(model) - 700 + 1
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+        check_invariants(copy)
+        copy.put(b"only in the copy", b"y")
+        copy.compact_range()
+    assert minilsm.check_store(target).ok
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert b"only in the copy" not in db and b"after" in db
+
+
+def test_tables_are_hard_linked_not_copied(db_path: str) -> None:
+    target = db_path + "-copy"
+    with minilsm.DB(db_path, **small_options()) as db:
+        _load(db, 500)
+        db.checkpoint(target)
+        tables = [n for n in os.listdir(target) if n.endswith(".sst")]
+        assert tables and {n for n in os.listdir(db_path) if n.endswith(".sst")} >= set(tables)
+        for n in tables:
+            assert os.stat(f"{target}/{n}").st_ino == os.stat(f"{db_path}/{n}").st_ino
+
+
+class _NoLinks(FileSystem):
+    """A file system where `link(2)` fails as it does across file systems."""
+
+    def link(self, src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link", src)
+
+
+def test_where_a_link_cannot_be_made_the_tables_are_copied(db_path: str) -> None:
+    target = db_path + "-copy"
+    with minilsm.DB(db_path, **small_options(fs=_NoLinks())) as db:
+        model = _load(db, 500)
+        db.checkpoint(target)
+    tables = [n for n in os.listdir(target) if n.endswith(".sst")]
+    assert tables and all(os.stat(f"{target}/{n}").st_nlink == 1 for n in tables)
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+
+
+class _CompactsAtFirstLink(FileSystem):
+    """Runs a full compaction of `db` just before the first link a checkpoint makes."""
+
+    db: minilsm.DB | None = None
+
+    def link(self, src: str, dst: str) -> None:
+        db, self.db = self.db, None
+        if db is not None:
+            db.compact_range()  # replaces, and would delete, every table the checkpoint is about to link
+        super().link(src, dst)
+
+
+def test_a_compaction_during_the_checkpoint_deletes_none_of_its_tables(db_path: str) -> None:
+    fs = _CompactsAtFirstLink()
+    target = db_path + "-copy"
+    with minilsm.DB(db_path, **small_options(fs=fs)) as db:
+        model = _load(db, 1000)
+        model.update(_load(db, 300, b"newer"))  # versions for the compaction to drop
+        fs.db = db
+        db.checkpoint(target)
+        assert fs.db is None  # the compaction ran
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+        check_invariants(copy)
+
+
+@pytest.mark.parametrize("existing", ["file", "empty dir", "store"])
+def test_an_existing_target_is_refused_and_left_as_it_was(
+    db_path: str, tmp_path: os.PathLike[str], existing: str
+) -> None:
+    target = os.path.join(tmp_path, "target")
+    if existing == "file":
+        with open(target, "wb") as f:
+            f.write(b"mine")
+    elif existing == "empty dir":
+        os.mkdir(target)
+    with minilsm.DB(db_path, **small_options()) as db:
+        _load(db, 100)
+        if existing == "store":
+            db.checkpoint(target)
+            before = sorted(os.listdir(target))
+        with pytest.raises(minilsm.ExistsError, match="target"):
+            db.checkpoint(target)
+        db.put(b"still", b"writable")
+    if existing == "file":
+        with open(target, "rb") as f:
+            assert f.read() == b"mine"
+    elif existing == "empty dir":
+        assert os.listdir(target) == []
+    else:
+        assert sorted(os.listdir(target)) == before
+    assert not os.path.exists(target + STAGING_SUFFIX)
+
+
+def test_a_closed_store_is_refused(db_path: str) -> None:
+    db = minilsm.DB(db_path, **small_options())
+    db.close()
+    with pytest.raises(minilsm.ClosedError):
+        db.checkpoint(db_path + "-copy")
+    assert not os.path.exists(db_path + "-copy")
+
+
+class _FailingLink(FileSystem):
+    """`link(2)` fails with EIO at its `nth` call."""
+
+    def __init__(self, nth: int) -> None:
+        self.calls = 0
+        self.nth = nth
+
+    def link(self, src: str, dst: str) -> None:
+        self.calls += 1
+        if self.calls == self.nth:
+            raise OSError(errno.EIO, "Input/output error", dst)
+        super().link(src, dst)
+
+
+def test_a_failure_midway_leaves_no_target_and_the_next_checkpoint_succeeds(db_path: str) -> None:
+    target = db_path + "-copy"
+    fs = _FailingLink(nth=2)
+    with minilsm.DB(db_path, **small_options(fs=fs)) as db:
+        model = _load(db, 1000)
+        with pytest.raises(minilsm.StoreIOError, match="checkpoint") as e:
+            db.checkpoint(target)
+        assert target in str(e.value)
+        assert not os.path.exists(target) and not os.path.exists(target + STAGING_SUFFIX)
+        assert dict(db.iterator()) == model  # the store goes on
+        db.checkpoint(target)
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+
+
+def test_a_staging_directory_a_crash_left_is_cleared(db_path: str) -> None:
+    target = db_path + "-copy"
+    staging = target + STAGING_SUFFIX
+    os.mkdir(staging)
+    for name in ("000003.sst", "MANIFEST.tmp"):
+        with open(f"{staging}/{name}", "wb") as f:
+            f.write(b"half a checkpoint")
+    with minilsm.DB(db_path, **small_options()) as db:
+        model = _load(db, 300)
+        db.checkpoint(target)
+    assert not os.path.exists(staging)
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+
+
+@pytest.mark.parametrize("style", ["leveled", "tiered"])
+def test_checkpoints_taken_while_a_writer_and_compactions_run_are_each_a_prefix_of_the_writes(
+    db_path: str, style: str
+) -> None:
+    # One writer puts k0, k1, ... in order while the background thread flushes and compacts; each checkpoint
+    # must hold every key acknowledged before it was asked for, and then only a gapless run of later ones.
+    opts = small_options(background=True, compaction_style=style)
+    done = threading.Event()
+    acknowledged = [0]
+    with minilsm.DB(db_path, **opts) as db:
+
+        def writer() -> None:
+            i = 0
+            while not done.is_set() and i < 20000:
+                db.put(b"k%06d" % i, b"v" * 50)
+                i += 1
+                acknowledged[0] = i
+
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            copies = []
+            for n in range(6):
+                before = acknowledged[0]
+                target = f"{db_path}-copy{n}"
+                db.checkpoint(target)
+                copies.append((target, before))
+        finally:
+            done.set()
+            t.join()
+    for target, before in copies:
+        with minilsm.DB(target, create_if_missing=False, **small_options(compaction_style=style)) as copy:
+            got = list(copy.iterator(include_value=False))
+            assert got == [b"k%06d" % i for i in range(len(got))] and len(got) >= before
+            check_invariants(copy)

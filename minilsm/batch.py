@@ -24,7 +24,7 @@ import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Final
+from typing import Final, Protocol
 
 from minilsm.errors import ClosedError, CorruptionError
 from minilsm.keys import (
@@ -241,6 +241,14 @@ class LogChain:
         self.torn = self._empty = self._after = None
 
 
+class BatchView(Protocol):
+    """A view of a `WriteBatch` that `WriteBatch.append` takes as the batch itself: minilsm.db's
+    `PrefixedWriteBatch` (a layer above this module, which cannot name it)."""
+
+    @property
+    def batch(self) -> WriteBatch: ...
+
+
 class WriteBatch:
     """Puts and deletes to apply atomically, in order: a later op on a key wins.
 
@@ -303,16 +311,21 @@ class WriteBatch:
         self._ops.append((kind, key, value))
         self._size = size
 
-    def append(self, source: WriteBatch) -> None:
+    def append(self, source: WriteBatch | BatchView) -> None:
         """Add `source`'s ops after this batch's, as plyvel's `append` (LevelDB's `WriteBatch::Append`).
 
-        `source` is only read: it may be closed, and stays as it was.  All or none: ValueError, with this
-        batch unchanged, if the ops together would outgrow a log record.  O(len(source)).
+        `source` is only read: it may be closed, and stays as it was.  A prefixed view's batch gives its ops
+        as they are, whole keys, as plyvel's does.  All or none: ValueError, with this batch unchanged, if the
+        ops together would outgrow a log record.  O(len(source)).
         """
         if self._closed:
             raise self._closed_error()
         if not isinstance(source, WriteBatch):
-            raise TypeError(f"source must be a WriteBatch, not {type(source).__name__}")
+            # plyvel's prefixed batches are WriteBatches, which any batch appends; here one wraps a WriteBatch.
+            batch = getattr(source, "batch", None)
+            if not isinstance(batch, WriteBatch):
+                raise TypeError(f"source must be a WriteBatch, not {type(source).__name__}")
+            source = batch
         size = self._size + source._size - BATCH_HEADER_SIZE
         if size > MAX_RECORD_SIZE:
             raise ValueError(f"write batch would grow to {size} bytes, over the log record limit {MAX_RECORD_SIZE}")

@@ -2193,7 +2193,8 @@ class PrefixedDB(_Writes, _Scans):
 
 
 class PrefixedWriteBatch:
-    """A store's `WriteBatch` whose keys take a `PrefixedDB`'s prefix: `put`, `delete`, `clear`, `write`, ``with``."""
+    """A store's `WriteBatch` whose keys take a `PrefixedDB`'s prefix: `put`, `delete`, `clear`, `append`, `write`,
+    ``with``."""
 
     def __init__(self, batch: WriteBatch, prefix: bytes) -> None:
         self.batch = batch
@@ -2207,6 +2208,10 @@ class PrefixedWriteBatch:
 
     def clear(self) -> None:
         self.batch.clear()
+
+    def append(self, source: WriteBatch | PrefixedWriteBatch) -> None:
+        """`WriteBatch.append`: `source`'s ops as they are, their keys not prefixed again (as plyvel's)."""
+        self.batch.append(source)
 
     def write(self) -> None:
         self.batch.write()

@@ -442,6 +442,25 @@ def test_an_iterator_goes_on_from_its_place_after_an_interrupted_step_or_move(db
     db.close()
 
 
+def test_a_prefixed_batch_and_a_plain_one_append_each_other_as_in_plyvel(db_path: str) -> None:
+    """plyvel's batches of a prefixed_db are WriteBatches: either kind appends the other, its ops as they are
+    (LevelDB's Append copies them whole), so a plain batch's keys do not take the prefix."""
+    with minilsm.DB(db_path) as db:
+        users = db.prefixed_db(b"u/")
+        plain = db.write_batch()
+        plain.put(b"x", b"1")
+        with users.write_batch() as pb:
+            pb.put(b"y", b"2")
+            pb.append(plain)
+            pb.append(pb)  # itself: its ops twice, as a WriteBatch's
+            assert len(pb) == 4
+        prefixed = users.write_batch()
+        prefixed.put(b"z", b"3")
+        with db.write_batch() as wb:
+            wb.append(prefixed)
+        assert list(db.iterator()) == [(b"u/y", b"2"), (b"u/z", b"3"), (b"x", b"1")]  # what plyvel 1.5.1 gives
+
+
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:
     """A gap: `prefix` was tested alone, never narrowed further by `start`/`stop`, and 0xff keys only in a memtable."""
     keys = sorted({b"".join(p) for n in range(4) for p in itertools.product([b"", b"\x00", b"a", b"\xff"], repeat=n)})

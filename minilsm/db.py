@@ -2194,7 +2194,7 @@ class PrefixedDB(_Writes, _Scans):
 
 class PrefixedWriteBatch:
     """A store's `WriteBatch` whose keys take a `PrefixedDB`'s prefix: `put`, `delete`, `clear`, `append`, `write`,
-    ``with``."""
+    `approximate_size`, ``with``."""
 
     def __init__(self, batch: WriteBatch, prefix: bytes) -> None:
         self.batch = batch
@@ -2218,6 +2218,11 @@ class PrefixedWriteBatch:
 
     def __len__(self) -> int:
         return len(self.batch)
+
+    @property
+    def approximate_size(self) -> int:
+        """`WriteBatch.approximate_size`: the encoded batch's bytes, the prefix in each key included."""
+        return self.batch.approximate_size
 
     def __enter__(self) -> Self:
         self.batch.__enter__()

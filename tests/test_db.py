@@ -461,6 +461,16 @@ def test_a_prefixed_batch_and_a_plain_one_append_each_other_as_in_plyvel(db_path
         assert list(db.iterator()) == [(b"u/y", b"2"), (b"u/z", b"3"), (b"x", b"1")]  # what plyvel 1.5.1 gives
 
 
+def test_a_prefixed_batch_tells_its_size_as_a_batch_does(db_path: str) -> None:
+    """plyvel's prefixed_db batches have a WriteBatch's approximate_size: here the bytes of the encoded batch,
+    whose keys hold the prefix."""
+    with minilsm.DB(db_path) as db:
+        pb = db.prefixed_db(b"u/").write_batch()
+        assert pb.approximate_size == 12
+        pb.put(b"k", b"v")
+        assert pb.approximate_size == pb.batch.approximate_size == 12 + 9 + len(b"u/k") + len(b"v")
+
+
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:
     """A gap: `prefix` was tested alone, never narrowed further by `start`/`stop`, and 0xff keys only in a memtable."""
     keys = sorted({b"".join(p) for n in range(4) for p in itertools.product([b"", b"\x00", b"a", b"\xff"], repeat=n)})

@@ -906,9 +906,9 @@ class DB(_Writes, _Scans):
             ):
                 _check_flag(name, flag)
         if key_prefix:  # a `PrefixedDB`'s: its keys leave the prefix off, and its range lies within the prefix
-            start = None if start is None else key_prefix + check_key(start)
-            stop = None if stop is None else key_prefix + check_key(stop)
-            prefix = key_prefix if prefix is None else key_prefix + check_key(prefix)
+            start = None if start is None else _prefixed(key_prefix, start, "start")
+            stop = None if stop is None else _prefixed(key_prefix, stop, "stop")
+            prefix = key_prefix if prefix is None else _prefixed(key_prefix, prefix, "prefix")
         # In bytewise order the key right after k is k + b"\x00", so the open and closed ends
         # plyvel offers become the one half-open range every source understands.
         if start is not None:
@@ -2146,6 +2146,20 @@ class Snapshot(_Scans):
         raise TypeError("a minilsm.Snapshot cannot be pickled or copied; take another with db.snapshot()")
 
 
+def _prefixed(prefix: bytes, key: BytesLike, what: str = "key") -> bytes:
+    """`key` (or an iterator's bound, `what`) of a view with `prefix`, as the store takes it: the two joined.
+
+    The store's key limit is the whole key's, which a key within it may pass once prefixed: the ValueError then
+    says so, where the store's own check would give the caller's key a length it does not have.  O(len(key)).
+    """
+    whole = prefix + check_key(key)
+    if len(whole) > MAX_KEY_SIZE:
+        raise ValueError(
+            f"{what} with the view's {len(prefix)}-byte prefix is {len(whole)} bytes; the maximum is {MAX_KEY_SIZE}"
+        )
+    return whole
+
+
 class PrefixedDB(_Writes, _Scans):
     """The keys of `db` that begin with `prefix`, with the prefix left off: plyvel's `PrefixedDB`.
 
@@ -2165,13 +2179,13 @@ class PrefixedDB(_Writes, _Scans):
     @overload
     def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
     def get(self, key: BytesLike, default: Any = None) -> Any:
-        return self.db.get(self.prefix + check_key(key), default)
+        return self.db.get(_prefixed(self.prefix, key), default)
 
     def put(self, key: BytesLike, value: BytesLike, *, sync: bool | None = None) -> None:
-        self.db.put(self.prefix + check_key(key), value, sync=sync)
+        self.db.put(_prefixed(self.prefix, key), value, sync=sync)
 
     def delete(self, key: BytesLike, *, sync: bool | None = None) -> None:
-        self.db.delete(self.prefix + check_key(key), sync=sync)
+        self.db.delete(_prefixed(self.prefix, key), sync=sync)
 
     def write_batch(self, *, sync: bool | None = None) -> PrefixedWriteBatch:
         """A `write_batch` of the store whose keys take the prefix."""
@@ -2183,7 +2197,7 @@ class PrefixedDB(_Writes, _Scans):
 
     def prefixed_db(self, prefix: BytesLike) -> PrefixedDB:
         """A view within this one: the two prefixes, one after the other."""
-        return PrefixedDB(self.db, self.prefix + check_key(prefix))
+        return PrefixedDB(self.db, _prefixed(self.prefix, prefix, "prefix"))
 
     def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
         return self.db._iterator(*scan, key_prefix=self.prefix)
@@ -2201,10 +2215,10 @@ class PrefixedWriteBatch:
         self.prefix = prefix
 
     def put(self, key: BytesLike, value: BytesLike) -> None:
-        self.batch.put(self.prefix + check_key(key), value)
+        self.batch.put(_prefixed(self.prefix, key), value)
 
     def delete(self, key: BytesLike) -> None:
-        self.batch.delete(self.prefix + check_key(key))
+        self.batch.delete(_prefixed(self.prefix, key))
 
     def clear(self) -> None:
         self.batch.clear()
@@ -2246,7 +2260,7 @@ class PrefixedSnapshot(_Scans):
     @overload
     def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
     def get(self, key: BytesLike, default: Any = None) -> Any:
-        return self.snapshot.get(self.prefix + check_key(key), default)
+        return self.snapshot.get(_prefixed(self.prefix, key), default)
 
     def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
         return self.snapshot._new_iterator(*scan, key_prefix=self.prefix)

@@ -471,6 +471,36 @@ def test_a_prefixed_batch_tells_its_size_as_a_batch_does(db_path: str) -> None:
         assert pb.approximate_size == pb.batch.approximate_size == 12 + 9 + len(b"u/k") + len(b"v")
 
 
+def test_a_prefixed_key_over_the_limit_is_named_with_its_prefix(db_path: str) -> None:
+    """The limit is the whole key's, so a key the caller gave within it may pass it once prefixed: the error
+    says so, rather than give the caller's key a length it does not have."""
+    with minilsm.DB(db_path) as db:
+        users = db.prefixed_db(b"u/")
+        long = b"k" * (MAX_KEY_SIZE - 1)
+        with users.snapshot() as snap:
+            calls: list[Callable[[], object]] = [
+                lambda: users.put(long, b""),
+                lambda: users.get(long),
+                lambda: users.delete(long),
+                lambda: long in users,
+                lambda: users.write_batch().put(long, b""),
+                lambda: users.write_batch().delete(long),
+                lambda: snap.get(long),
+            ]
+            for call in calls:
+                with pytest.raises(ValueError, match=f"^key with the view's 2-byte prefix is {MAX_KEY_SIZE + 1} bytes"):
+                    call()
+            for name in ("start", "stop", "prefix"):
+                with pytest.raises(ValueError, match=f"^{name} with the view's 2-byte prefix is"):
+                    users.iterator(**{name: long})
+                with pytest.raises(ValueError, match=f"^{name} with the view's 2-byte prefix is"):
+                    snap.iterator(**{name: long})
+            with pytest.raises(ValueError, match=r"^prefix with the view's 2-byte prefix is"):
+                users.prefixed_db(long)
+        with pytest.raises(ValueError, match=f"^key is {MAX_KEY_SIZE + 1} bytes"):
+            users.put(long + b"kk", b"")  # over the limit alone: the caller's key is named, as the store's
+
+
 def test_prefix_with_start_and_stop_over_every_kind_of_source_matches_a_model(db_path: str) -> None:
     """A gap: `prefix` was tested alone, never narrowed further by `start`/`stop`, and 0xff keys only in a memtable."""
     keys = sorted({b"".join(p) for n in range(4) for p in itertools.product([b"", b"\x00", b"a", b"\xff"], repeat=n)})

@@ -31,10 +31,13 @@ def destroy_store(path: str | os.PathLike[str], options: Options | None = None, 
         return
     with closed_store(fs, path, "destroy") as names:
         for name in names:
+            file = f"{path}/{name}"
             if is_scratch_name(name):
-                remove_scratch(fs, f"{path}/{name}")
-            elif name == MANIFEST_NAME or is_table_or_log(name) or is_store_temp_file(name):
-                fs.remove(f"{path}/{name}")
+                remove_scratch(fs, file)
+            # A directory by such a name is not the store's (the store opens with one there): it stays, as
+            # anything else does, rather than fail the destroy with the store half removed.
+            elif (name == MANIFEST_NAME or is_table_or_log(name) or is_store_temp_file(name)) and not fs.is_dir(file):
+                fs.remove(file)
         fs.remove(f"{path}/{LOCK_NAME}")  # while held, as the last of the store's files
     with contextlib.suppress(OSError):  # not empty: foreign files stay, and so does their directory
         fs.remove_dir(path)

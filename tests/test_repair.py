@@ -378,3 +378,15 @@ def test_a_file_named_lost_stops_the_repair_before_it_changes_anything(path: str
     with pytest.raises(minilsm.Error, match="is in the way"):
         repair_store(path, **small_options())
     assert sorted(os.listdir(path)) == before
+
+
+def test_destroy_leaves_a_foreign_directory_named_like_a_table_and_removes_the_rest(path: str) -> None:
+    """The store opens with a directory named like a table (it is no table of its manifest), so destroy must
+    remove the store around it: removing it raised IsADirectoryError after the tables that sort before it were
+    gone, the manifest left naming them, and every later destroy raised there again."""
+    history(path, random.Random(9), steps=300)
+    os.mkdir(os.path.join(path, "000099.sst"))
+    with minilsm.DB(path, **small_options()) as db:
+        assert dict(db.iterator())  # the store opens with it
+    destroy_store(path)
+    assert os.listdir(path) == ["000099.sst"]  # anything else stays, and so does the directory then

@@ -3,13 +3,14 @@
 from minilsm.batch import WriteBatch
 from minilsm.bloom import BloomFilter, expected_fpr, key_hash, optimal_params
 from minilsm.check import CheckReport, check_store
-from minilsm.db import DB, DBIterator, PrefixedDB, RecoveryReport, Snapshot
+from minilsm.db import DB, DBIterator, PrefixedDB, RawIterator, RecoveryReport, Snapshot
 from minilsm.destroy import destroy_store
 from minilsm.errors import (
     ClosedError,
     CorruptionError,
     Error,
     ExistsError,
+    IteratorInvalidError,
     LockError,
     NotFoundError,
     ReadOnlyError,
@@ -27,10 +28,12 @@ __all__ = [
     "DBIterator",
     "Error",
     "ExistsError",
+    "IteratorInvalidError",
     "LockError",
     "NotFoundError",
     "Options",
     "PrefixedDB",
+    "RawIterator",
     "ReadOnlyError",
     "RecoveryReport",
     "RepairReport",

@@ -62,6 +62,7 @@ from minilsm.errors import (
     CorruptionError,
     Error,
     ExistsError,
+    IteratorInvalidError,
     LockError,
     NotFoundError,
     ReadOnlyError,
@@ -191,6 +192,12 @@ class _Scans:
 
     # The iterator `iterator` returns, given its arguments in the order `iterator` passes them.
     _new_iterator: Callable[..., DBIterator[Any]]
+
+    def raw_iterator(self) -> RawIterator:
+        """plyvel's raw iterator over every key: it stands on an item (`valid`, `key`, `value`, `item`) and moves
+        with `next`, `prev`, `seek`, `seek_to_first` and `seek_to_last`; not valid until placed.  See
+        `RawIterator`."""
+        return RawIterator(self.iterator())
 
     def __iter__(self) -> Iterator[bytes]:
         """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
@@ -1977,6 +1984,104 @@ class DBIterator(Generic[_Item]):
     def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
         # A copy would share the scan's generator and pin: closing either would end the other.
         raise TypeError("a minilsm.DBIterator cannot be pickled or copied; make another with iterator(start=...)")
+
+
+class RawIterator:
+    """plyvel's `RawIterator` (LevelDB's own ``Iterator``): it stands *on* an item, not between two.
+
+    `valid()` says whether it does; `key()`, `value()` and `item()` read that item; `next()` and `prev()`
+    move to the item after or before it, and leave the iterator not valid past either end; `seek_to_first()`,
+    `seek_to_last()` and `seek(key)` (the first key at or after `key`) place it.  A new iterator is not valid
+    until placed.  Reading or stepping one that is not valid raises `IteratorInvalidError`, as plyvel's does;
+    once it or its store is closed, `ClosedError`.
+
+    It is a `DBIterator` over the whole view with the item it last yielded: that iterator's place is just after
+    the item, or just before it after a step back.  So a step costs what a `DBIterator` step does, and a step
+    the other way than the last starts a new merge, as LevelDB's re-seeks its sources.
+    """
+
+    __slots__ = ("_after", "_closed", "_it", "_item")
+
+    def __init__(self, it: DBIterator[tuple[bytes, bytes]]) -> None:
+        self._it = it
+        self._item: tuple[bytes, bytes] | None = None
+        self._after = True  # whether `_it` stands after `_item` (else before it)
+        self._closed = False
+
+    def valid(self) -> bool:
+        """Whether the iterator stands on an item.  O(1)."""
+        self._check()
+        return self._item is not None
+
+    def key(self) -> bytes:
+        return self._current()[0]
+
+    def value(self) -> bytes:
+        return self._current()[1]
+
+    def item(self) -> tuple[bytes, bytes]:
+        return self._current()
+
+    def seek_to_first(self) -> None:
+        self._check()
+        self._it.seek_to_start()
+        self._land(forward=True)
+
+    def seek_to_last(self) -> None:
+        self._check()
+        self._it.seek_to_stop()
+        self._land(forward=False)
+
+    def seek(self, target: BytesLike) -> None:
+        """Stand on the first item whose key is at or after `target`; not valid if there is none."""
+        self._check()
+        self._it.seek(target)
+        self._land(forward=True)
+
+    def next(self) -> None:
+        self._current()
+        if not self._after:
+            next(self._it)  # the current item again: the place moves past it
+        self._land(forward=True)
+
+    def prev(self) -> None:
+        self._current()
+        if self._after:
+            self._it.prev()  # the current item again: the place moves before it
+        self._land(forward=False)
+
+    def _land(self, *, forward: bool) -> None:
+        self._item = None  # until the step below succeeds: an exception leaves the iterator not valid
+        self._after = forward
+        with contextlib.suppress(StopIteration):  # past the end: not valid
+            self._item = next(self._it) if forward else self._it.prev()
+
+    def _current(self) -> tuple[bytes, bytes]:
+        self._check()
+        item = self._item
+        if item is None:
+            raise IteratorInvalidError("the raw iterator stands on no item: place it with a seek first")
+        return item
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ClosedError("the raw iterator is closed")
+        self._it._pin.check()
+
+    def close(self) -> None:
+        """Release the view it holds; every later use raises `ClosedError`.  Closing twice is harmless."""
+        self._closed = True
+        self._item = None
+        self._it.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> NoReturn:
+        raise TypeError("a minilsm.RawIterator cannot be pickled or copied; make another with raw_iterator()")
 
 
 def _projection(include_key: bool, include_value: bool, cut: int) -> Callable[[tuple[bytes, bytes]], Any] | None:

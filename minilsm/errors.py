@@ -46,6 +46,10 @@ class ClosedError(Error):
     """The `DB`, snapshot, iterator or batch was used after it was closed."""
 
 
+class IteratorInvalidError(Error):
+    """A `RawIterator` was read or stepped while it stood on no item (plyvel's ``IteratorInvalidError``)."""
+
+
 class NotFoundError(Error):
     """The database does not exist and `create_if_missing` is false."""
 

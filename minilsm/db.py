@@ -1597,6 +1597,42 @@ class DB(_Writes, _Scans):
             snap = dataclasses.replace(snap, live_bytes=report.live_bytes(self.iterator()))
         return snap
 
+    def get_property(self, name: bytes | str) -> bytes | None:
+        """A property of the store as text, as plyvel's `get_property` (LevelDB's ``GetProperty``); None for a
+        name it does not know.
+
+        The names, each with LevelDB's ``leveldb.`` prefix or ``minilsm.``: ``num-files-at-level<N>``;
+        ``stats``, what ``minilsm stats`` prints (`db.stats()` as text); ``sstables``, what ``minilsm
+        tables`` prints (`db.tables()`); ``approximate-memory-usage``, the bytes the memtables and the block
+        cache hold (LevelDB counts the same two).  Returns bytes, as plyvel does.  O(tables).
+        """
+        if self._closed:
+            raise self._closed_error()
+        text = name.decode("utf-8", "replace") if isinstance(name, bytes | bytearray) else str(name)
+        family, _, prop = text.partition(".")
+        if family not in ("leveldb", "minilsm"):
+            return None
+        if prop.startswith("num-files-at-level"):
+            level = prop.removeprefix("num-files-at-level")
+            levels = self._version.levels
+            if not (level.isdigit() and int(level) < len(levels)):  # isdigit: no sign, no spaces
+                return None
+            answer = str(len(levels[int(level)]))
+        elif prop == "stats":
+            answer = report.format_stats(self.stats())
+        elif prop == "sstables":
+            answer = report.format_tables(self.tables())
+        elif prop == "approximate-memory-usage":
+            mem, imm, cache = self._mem, self._imm, self._block_cache
+            answer = str(
+                mem.approximate_size
+                + (imm.approximate_size if imm is not None else 0)
+                + (cache.usage if cache is not None else 0)
+            )
+        else:
+            return None
+        return answer.encode()
+
     def tables(self) -> list[TableInfo]:
         """Every live table: level, file, size, entries, tombstones, key range, filter and its FPR.  O(tables)."""
         return report.table_infos(self._version)

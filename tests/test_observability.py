@@ -443,3 +443,33 @@ def test_introspection_of_a_closed_store_raises(db_path: str) -> None:
         db.explain(b"k")
     with pytest.raises(minilsm.ClosedError):
         db.may_contain(b"k")
+
+
+def test_get_property_answers_leveldbs_names_from_the_same_figures(db_path: str) -> None:
+    with minilsm.DB(db_path, **small_options(block_cache_size=1 << 20)) as db:
+        for i in range(600):
+            db.put(b"key%05d" % i, b"v" * 30)
+        for _ in range(2):
+            db.get(b"key00001")  # a block into the cache, which admits one at its second read
+        levels = [lv.tables for lv in db.stats().levels]
+        for family in ("leveldb", "minilsm"):
+            for n, tables in enumerate(levels):
+                assert db.get_property(f"{family}.num-files-at-level{n}".encode()) == str(tables).encode()
+        assert sum(levels) > 1
+        for unknown in (
+            b"leveldb.num-files-at-level99",
+            b"leveldb.num-files-at-level-1",
+            b"leveldb.nope",
+            b"rocksdb.stats",
+            b"stats",
+            b"\xff",
+        ):
+            assert db.get_property(unknown) is None
+        assert db.get_property("minilsm.sstables") == format_tables(db.tables()).encode()
+        assert db.get_property(b"leveldb.stats").startswith(b"point reads")
+        memory = int(db.get_property(b"leveldb.approximate-memory-usage") or b"")
+        cache = db._block_cache
+        assert cache is not None and cache.usage > 0
+        assert memory == db.stats().memtable_bytes + cache.usage > cache.usage
+    with pytest.raises(minilsm.ClosedError):
+        db.get_property(b"leveldb.stats")

@@ -42,7 +42,7 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
     if fs.exists(target):
         raise _exists(target)
     staging = target + STAGING_SUFFIX
-    _clear_staging(fs, staging)
+    _remove_dir(fs, staging)  # what an earlier checkpoint to the same target left when it crashed
     fs.makedirs(staging)
     try:
         _fill(fs, source, staging, state)
@@ -51,9 +51,16 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
         fs.rename(staging, target)
     except BaseException:
         with contextlib.suppress(OSError):
-            _clear_staging(fs, staging)
+            _remove_dir(fs, staging)
         raise
-    fs.sync_dir(os.path.dirname(target))
+    try:
+        fs.sync_dir(os.path.dirname(target))
+    except BaseException:
+        # Whole, but perhaps not durable, and the caller is told it failed: take it back, so that a failure
+        # leaves no target and trying again does not meet one.
+        with contextlib.suppress(OSError):
+            _remove_dir(fs, target)
+        raise
 
 
 def _exists(target: str) -> ExistsError:
@@ -106,10 +113,10 @@ def _copy(fs: FileSystem, src: str, dst: str) -> None:
         reader.close()
 
 
-def _clear_staging(fs: FileSystem, staging: str) -> None:
-    """Remove what an earlier checkpoint to the same target left when it crashed or failed."""
-    if not fs.exists(staging):
+def _remove_dir(fs: FileSystem, path: str) -> None:
+    """Remove a checkpoint's directory (staging, or one that failed), if it exists: files only, no subdirectory."""
+    if not fs.exists(path):
         return
-    for name in fs.listdir(staging):
-        fs.remove(f"{staging}/{name}")
-    fs.remove_dir(staging)
+    for name in fs.listdir(path):
+        fs.remove(f"{path}/{name}")
+    fs.remove_dir(path)

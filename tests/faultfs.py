@@ -23,9 +23,10 @@ first time it is used) count as durable.
 `arm` makes the Nth later call of one kind fail with an `OSError` (EIO, ENOSPC,
 ...), once or, with ``sticky=True``, from then on (a full disk).  The kinds are
 ``open`` (open_writable/open_appendable/open_random), ``write`` (append),
-``sync`` (file fsync), ``sync_dir``, ``rename``, ``remove`` and ``read`` (pread,
-read_file).  A failed append first writes half of its bytes, as a short write
-on a filling disk does.  `counts` tallies every call by kind, so a dry run
+``sync`` (file fsync), ``sync_dir``, ``rename``, ``remove``, ``read`` (pread,
+read_file) and ``link`` (a hard link: a second name for the same inode).  A
+failed append first writes half of its bytes, as a short write on a filling
+disk does.  `counts` tallies every call by kind, so a dry run
 says how many failure points a workload has.
 """
 
@@ -41,7 +42,9 @@ from dataclasses import dataclass
 
 from minilsm.fs import FileSystem, RandomAccessFile, WritableFile
 
-KINDS = ("open", "write", "sync", "sync_dir", "rename", "remove", "read")
+STORE_KINDS = ("open", "write", "sync", "sync_dir", "rename", "remove", "read")
+"""The kinds of call a store makes as it runs; a checkpoint also makes ``link``."""
+KINDS = (*STORE_KINDS, "link")
 
 
 @dataclass
@@ -276,6 +279,9 @@ class FaultFS(FileSystem):
         with self._lock:
             src, dst = self._track(src), self._track(dst)
             self._call("rename", src)
+            if os.path.isdir(src):
+                self._rename_dir(src, dst)
+                return
             os.replace(src, dst)
             ino = self._inode.pop(src, None)
             self._inode.pop(dst, None)
@@ -285,6 +291,31 @@ class FaultFS(FileSystem):
             self._inode[dst] = ino
             for d in {os.path.dirname(src), os.path.dirname(dst)}:
                 self._dir_changed(d)
+
+    def _rename_dir(self, src: str, dst: str) -> None:
+        """A directory renamed (a checkpoint's staging directory): its files keep their inodes and its model under
+        the new name.  The model holds no entries for directories themselves, so the rename itself counts as
+        durable at once: this serves tests of failures, not of crashes, around a directory's rename."""
+        os.replace(src, dst)
+        inside = src + os.sep
+        for p in [p for p in self._inode if p.startswith(inside)]:
+            self._inode[dst + p[len(src) :]] = self._inode.pop(p)
+        for table in (self._dirs, self._dir_changes):
+            for d in [d for d in table if d == src or d.startswith(inside)]:
+                table[dst + d[len(src) :]] = table.pop(d)  # type: ignore[index]
+
+    def link(self, src: str, dst: str) -> None:
+        with self._lock:
+            src, dst = self._track(src), self._track(dst)
+            self._call("link", dst)
+            os.link(src, dst)
+            ino = self._inode.get(src)
+            if ino is None:  # a file this object does not know: adopt it as it is now, as durable
+                with open(src, "rb") as f:
+                    ino = self._new_inode(src, f.read())
+                self._synced[ino] = bytes(self._content[ino])
+            self._inode[dst] = ino
+            self._dir_changed(os.path.dirname(dst))
 
     def remove(self, path: str) -> None:
         with self._lock:

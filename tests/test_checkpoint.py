@@ -7,6 +7,7 @@ import os
 import threading
 
 import pytest
+from faultfs import FaultFS
 from storeutil import check_invariants, small_options
 
 import minilsm
@@ -216,3 +217,39 @@ def test_checkpoints_taken_while_a_writer_and_compactions_run_are_each_a_prefix_
             got = list(copy.iterator(include_value=False))
             assert got == [b"k%06d" % i for i in range(len(got))] and len(got) >= before
             check_invariants(copy)
+
+
+class _FaultNoLinks(FaultFS):
+    """FaultFS where `link(2)` fails as it does across file systems, so the tables are copied through it."""
+
+    def link(self, src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link", src)
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_a_failure_at_any_call_of_a_checkpoint_leaves_no_target_and_loses_nothing(db_path: str, links: bool) -> None:
+    # Every file system call the checkpoint makes (after its flush), failed in turn: each failure surfaces as
+    # StoreIOError, leaves neither the target nor its staging directory, and the store reads and writes on.
+    # Was: a failed sync of the target's parent, after the rename, raised but left the target in place.
+    fs = FaultFS() if links else _FaultNoLinks()
+    with minilsm.DB(db_path, **small_options(fs=fs)) as db:
+        model = _load(db, 400)
+        db.flush()
+        before = fs.counts.copy()
+        db.checkpoint(db_path + "-dry")
+        calls = fs.counts - before  # the calls of one checkpoint, by kind
+        assert calls["rename"] and calls["sync_dir"] and (calls["write"] if not links else True)
+        failed = 0
+        for kind, count in calls.items():
+            for nth in range(1, count + 1):
+                target = f"{db_path}-{kind}-{nth}"
+                db.flush()  # so that the checkpoint's own flush has nothing to write, as in the dry run
+                fs.arm(kind, nth)
+                with pytest.raises(minilsm.StoreIOError, match="checkpoint"):
+                    db.checkpoint(target)
+                failed += 1
+                assert not os.path.exists(target) and not os.path.exists(target + STAGING_SUFFIX)
+                db.put(b"k%05d" % nth, b"after %d" % nth)  # the store writes on
+                model[b"k%05d" % nth] = b"after %d" % nth
+        assert failed == sum(calls.values())  # the last, the sync of the target's parent, takes the target back
+        assert dict(db.iterator()) == model

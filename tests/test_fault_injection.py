@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from faultfs import KINDS, FaultFS
+from faultfs import STORE_KINDS, FaultFS
 from faultworkload import Op, Run, check_recovered, drive, workload
 from storeutil import check_invariants, crash, fast_tmp_dir, small_options
 
@@ -234,7 +234,7 @@ BUDGET = {"open": 15, "sync": 15, "sync_dir": 15, "rename": 15, "remove": 10, "w
 
 @pytest.mark.parametrize("torn", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["lost", "torn"])
 @pytest.mark.parametrize("mode", ["all", "mixed"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", STORE_KINDS)
 def test_every_failure_point_surfaces_and_loses_nothing(
     kind: str,
     mode: str,

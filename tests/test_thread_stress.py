@@ -48,13 +48,13 @@ def test_threads_racing_an_io_failure_see_only_store_errors_and_lose_no_write(db
     LevelDB's would.)"""
     import errno
 
-    from faultfs import KINDS, FaultFS
+    from faultfs import STORE_KINDS, FaultFS
     from storeutil import crash, small_options
 
     import minilsm
 
     rng = random.Random(seed)
-    kind = rng.choice(KINDS)
+    kind = rng.choice(STORE_KINDS)
     sticky = rng.random() < 0.3 and kind != "remove"
     fs = FaultFS()
     opts = small_options(fs=fs, background=rng.random() < 0.7, compaction_style=rng.choice(["leveled", "tiered"]))

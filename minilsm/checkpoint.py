@@ -36,12 +36,17 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
     """Make `target` (a directory that must not exist) a store holding `state`'s tables from `source`.
 
     `state` is the source's manifest as of the checkpoint: its tables must stay on disk until this returns
-    (the caller holds their `Version`).  Raises `ExistsError` if `target` exists, and lets an `OSError` out
-    (the target is then absent).
+    (the caller holds their `Version`).  Raises `ExistsError` if `target` exists, `ValueError` if it lies in
+    the store's directory, and lets an `OSError` out (the target is then absent).
     """
     if fs.exists(target):
         raise _exists(target)
     staging = target + STAGING_SUFFIX
+    # The staging directory is cleared of a crash's leftovers first, which would delete a store named like one;
+    # and a target among the store's files could take a name the store reads as its own (a log, replayed).
+    real_source = os.path.realpath(source)
+    if os.path.commonpath([os.path.realpath(staging), real_source]) == real_source:
+        raise ValueError(f"{target}: a checkpoint cannot be made in the store's own directory {source}")
     _remove_dir(fs, staging)  # what an earlier checkpoint to the same target left when it crashed
     fs.makedirs(staging)
     try:

@@ -240,7 +240,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     target = os.path.abspath(args.target)
     with _open(args) as db:
-        db.checkpoint(target)
+        try:
+            db.checkpoint(target)
+        except ValueError as e:  # a target in the store's own directory
+            raise UsageError(str(e)) from None
         tables = len(db.tables())
     if args.json:
         _print_json({"checkpoint": target, "tables": tables})

@@ -252,4 +252,24 @@ def test_a_failure_at_any_call_of_a_checkpoint_leaves_no_target_and_loses_nothin
                 db.put(b"k%05d" % nth, b"after %d" % nth)  # the store writes on
                 model[b"k%05d" % nth] = b"after %d" % nth
         assert failed == sum(calls.values())  # the last, the sync of the target's parent, takes the target back
+
+
+@pytest.mark.parametrize("where", ["the store is the staging directory", "a directory in the store", "a log's name"])
+def test_a_target_in_the_store_s_own_directory_is_refused_and_the_store_is_untouched(db_path: str, where: str) -> None:
+    # Was: a store named like a staging directory lost every file to the clearing of a crash's leftovers, and a
+    # target inside the store sat among its files (one named like a log made the store fail to open: replayed).
+    path, target = db_path, os.path.join(db_path, "backup")
+    if where == "the store is the staging directory":
+        target = os.path.join(os.path.dirname(db_path), "backup")
+        path = target + STAGING_SUFFIX
+    elif where == "a log's name":
+        target = os.path.join(db_path, "999999.log")
+    with minilsm.DB(path, **small_options()) as db:
+        model = _load(db, 300)
+        with pytest.raises(ValueError, match="the store's own directory"):
+            db.checkpoint(target)
+        db.put(b"still", b"writable")
+        model[b"still"] = b"writable"
+    assert not os.path.exists(target)
+    with minilsm.DB(path, create_if_missing=False, **small_options()) as db:
         assert dict(db.iterator()) == model

@@ -134,6 +134,8 @@ def test_checkpoint(store: str, capsys: pytest.CaptureFixture[str]) -> None:
         assert list(copy.iterator()) == list(db.iterator())
     code, _, err = run(capsys, "checkpoint", store, target)  # a second time: the target exists
     assert code == EXIT_ERROR and "exists" in err
+    code, _, err = run(capsys, "checkpoint", store, os.path.join(store, "backup"))  # inside the store: refused
+    assert code == EXIT_USAGE and "own directory" in err and not os.path.exists(os.path.join(store, "backup"))
 
 
 def test_a_tiered_store_keeps_its_shape_under_compaction_style_tiered(

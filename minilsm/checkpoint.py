@@ -9,7 +9,10 @@ an ordinary store, from then on independent of the one it came from.
 
 The copy is built in a staging directory beside the target (``<target>.checkpoint.tmp``) and renamed into
 place once every file in it is durable, so a crash or a failure leaves either no target or a whole one; a
-staging directory that a crash left behind is cleared by the next checkpoint to the same target.  O(tables).
+staging directory that a crash left behind is cleared by the next checkpoint to the same target.  So a second
+checkpoint to a target that one is still writing is refused, as if the target existed: clearing the first's
+staging directory under it would let the first rename a part of a copy into place.  That is known only within
+this process; two processes checkpointing to one target at once are not kept apart (nor are RocksDB's).  O(tables).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 
 from minilsm.errors import ExistsError
 from minilsm.fs import FileSystem
@@ -26,6 +30,10 @@ from minilsm.wal import log_file_name
 
 STAGING_SUFFIX = ".checkpoint.tmp"
 _COPY_CHUNK = 1 << 20
+
+_being_written: set[str] = set()
+"""The targets that checkpoints in this process are writing (`_being_written_lock` guards it)."""
+_being_written_lock = threading.Lock()
 
 _NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
 """Why ``link(2)`` may refuse where a copy would do: another file system, one without hard links, a link count
@@ -39,6 +47,21 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
     (the caller holds their `Version`).  Raises `ExistsError` if `target` exists, `ValueError` if it lies in
     the store's directory, and lets an `OSError` out (the target is then absent).
     """
+    added = False
+    try:
+        with _being_written_lock:
+            if target in _being_written:
+                raise ExistsError(f"{target}: another checkpoint is being written there")
+            _being_written.add(target)
+            added = True  # no call in between: an interrupt cannot leave the target listed for good
+        _write(fs, source, target, state)
+    finally:
+        if added:
+            with _being_written_lock:
+                _being_written.discard(target)
+
+
+def _write(fs: FileSystem, source: str, target: str, state: ManifestState) -> None:
     if fs.exists(target):
         raise _exists(target)
     staging = target + STAGING_SUFFIX

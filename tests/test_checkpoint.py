@@ -273,3 +273,63 @@ def test_a_target_in_the_store_s_own_directory_is_refused_and_the_store_is_untou
     assert not os.path.exists(target)
     with minilsm.DB(path, create_if_missing=False, **small_options()) as db:
         assert dict(db.iterator()) == model
+
+
+class _PausesTwoCheckpoints(FileSystem):
+    """Holds the first checkpoint at its last sync of the staging directory (every file in place) and the second
+    at its second link, each until let go, so that the second clears and refills the first's staging meanwhile."""
+
+    def __init__(self) -> None:
+        self.first: threading.Thread | None = None
+        self.first_paused, self.first_go = threading.Event(), threading.Event()
+        self.second_paused, self.second_go = threading.Event(), threading.Event()
+        self.second_links = 0
+
+    def sync_dir(self, path: str) -> None:
+        if threading.current_thread() is self.first and path.endswith(STAGING_SUFFIX):
+            self.first_paused.set()
+            self.first_go.wait(10)
+        super().sync_dir(path)
+
+    def link(self, src: str, dst: str) -> None:
+        if self.first is not None and threading.current_thread() is not self.first:
+            self.second_links += 1
+            if self.second_links == 2:
+                self.second_paused.set()
+                self.second_go.wait(10)
+        super().link(src, dst)
+
+
+def test_two_checkpoints_to_one_target_at_once_leave_it_whole(db_path: str) -> None:
+    # Was: the second cleared the first's staging directory as a crash's leftovers and began to fill it; the
+    # first then renamed that into place and returned, leaving a target without most of its tables.
+    fs = _PausesTwoCheckpoints()
+    target = db_path + "-copy"
+    outcomes: dict[str, str] = {}
+    with minilsm.DB(db_path, **small_options(fs=fs)) as db:
+        model = _load(db, 1000)
+
+        def checkpoint(name: str) -> None:
+            try:
+                db.checkpoint(target)
+                outcomes[name] = "made"
+            except minilsm.Error as e:
+                outcomes[name] = type(e).__name__
+            finally:
+                if name == "second":
+                    fs.second_paused.set()  # refused before its second link: nothing to wait for
+
+        first = fs.first = threading.Thread(target=checkpoint, args=("first",))
+        second = threading.Thread(target=checkpoint, args=("second",))
+        first.start()
+        assert fs.first_paused.wait(10)
+        second.start()
+        assert fs.second_paused.wait(10)
+        fs.first_go.set()
+        first.join()
+        fs.second_go.set()
+        second.join()
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+        check_invariants(copy)
+    assert outcomes == {"first": "made", "second": "ExistsError"}

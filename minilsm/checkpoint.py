@@ -22,7 +22,7 @@ import errno
 import os
 import threading
 
-from minilsm.errors import ExistsError
+from minilsm.errors import ExistsError, NotFoundError
 from minilsm.fs import FileSystem
 from minilsm.manifest import ManifestState, write_manifest
 from minilsm.sstable.format import table_file_name
@@ -44,8 +44,9 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
     """Make `target` (a directory that must not exist) a store holding `state`'s tables from `source`.
 
     `state` is the source's manifest as of the checkpoint: its tables must stay on disk until this returns
-    (the caller holds their `Version`).  Raises `ExistsError` if `target` exists, `ValueError` if it lies in
-    the store's directory, and lets an `OSError` out (the target is then absent).
+    (the caller holds their `Version`).  Raises `ExistsError` if `target` exists, `NotFoundError` if its parent
+    directory does not, `ValueError` if it lies in the store's directory, and lets an `OSError` out (the
+    target is then absent).
     """
     added = False
     try:
@@ -64,6 +65,11 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
 def _write(fs: FileSystem, source: str, target: str, state: ManifestState) -> None:
     if fs.exists(target):
         raise _exists(target)
+    parent = os.path.dirname(target)
+    if not fs.is_dir(parent):
+        # Made here, its name in the directory above would never be synced, so a checkpoint that returned could
+        # vanish in a power cut, and one that failed would leave it behind.  RocksDB refuses too.
+        raise NotFoundError(f"{target}: a checkpoint goes into a directory that exists, and {parent} is not one")
     staging = target + STAGING_SUFFIX
     # The staging directory is cleared of a crash's leftovers first, which would delete a store named like one;
     # and a target among the store's files could take a name the store reads as its own (a log, replayed).

@@ -1102,8 +1102,9 @@ class DB(_Writes, _Scans):
         Flushes the memtable, then takes the live tables under the mutex; they stay on disk until the copy
         is made, and the writes other threads make meanwhile go on and stay out of it.  The tables are
         hard-linked, not copied (copied only across file systems), so the cost is the flush plus O(tables):
-        see `minilsm.checkpoint`.  Raises `ExistsError` if `path` exists, `ValueError` if it lies in the store's
-        own directory; a failure leaves no directory there.
+        see `minilsm.checkpoint`.  Raises `ExistsError` if `path` exists, `NotFoundError` if the directory it
+        goes into does not, `ValueError` if it lies in the store's own directory; a failure leaves no directory
+        there.
         """
         target = os.path.abspath(os.fsdecode(path))
         self.flush()

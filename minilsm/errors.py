@@ -51,7 +51,8 @@ class IteratorInvalidError(Error):
 
 
 class NotFoundError(Error):
-    """The database does not exist and `create_if_missing` is false."""
+    """The database does not exist and `create_if_missing` is false, or a checkpoint's target directory is in one
+    that does not exist."""
 
 
 class ExistsError(Error):

@@ -333,3 +333,15 @@ def test_two_checkpoints_to_one_target_at_once_leave_it_whole(db_path: str) -> N
         assert dict(copy.iterator()) == model
         check_invariants(copy)
     assert outcomes == {"first": "made", "second": "ExistsError"}
+
+
+def test_a_target_in_a_directory_that_does_not_exist_is_refused(db_path: str) -> None:
+    # Was: the missing directories were made and never synced, so a power cut could take away a checkpoint that
+    # had returned; and a checkpoint that failed left them behind.
+    parent = db_path + "-backups"
+    with minilsm.DB(db_path, **small_options()) as db:
+        _load(db, 100)
+        with pytest.raises(minilsm.NotFoundError, match="backups"):
+            db.checkpoint(os.path.join(parent, "copy"))
+        db.put(b"still", b"writable")
+    assert not os.path.exists(parent)

@@ -88,7 +88,7 @@ def _write(fs: FileSystem, source: str, target: str, state: ManifestState) -> No
             _remove_dir(fs, staging)
         raise
     try:
-        fs.sync_dir(os.path.dirname(target))
+        fs.sync_dir(parent)
     except BaseException:
         # Whole, but perhaps not durable, and the caller is told it failed: take it back, so that a failure
         # leaves no target and trying again does not meet one.

@@ -1617,7 +1617,7 @@ class DB(_Writes, _Scans):
         if prop.startswith("num-files-at-level"):
             level = prop.removeprefix("num-files-at-level")
             levels = self._version.levels
-            if not (level.isdigit() and int(level) < len(levels)):  # isdigit: no sign, no spaces
+            if not (level.isascii() and level.isdigit() and int(level) < len(levels)):  # no sign, space or "٣"
                 return None
             answer = str(len(levels[int(level)]))
         elif prop == "stats":

@@ -1599,7 +1599,7 @@ class DB(_Writes, _Scans):
             snap = dataclasses.replace(snap, live_bytes=report.live_bytes(self.iterator()))
         return snap
 
-    def get_property(self, name: bytes | str) -> bytes | None:
+    def get_property(self, name: BytesLike | str) -> bytes | None:
         """A property of the store as text, as plyvel's `get_property` (LevelDB's ``GetProperty``); None for a
         name it does not know.
 
@@ -1610,7 +1610,14 @@ class DB(_Writes, _Scans):
         """
         if self._closed:
             raise self._closed_error()
-        text = name.decode("utf-8", "replace") if isinstance(name, bytes | bytearray) else str(name)
+        # Any bytes-like name, as a key may be (`str()` of a memoryview is its repr); another type is a
+        # caller's mistake, which plyvel refuses too, not a name to answer None for.
+        if isinstance(name, str):
+            text = name
+        elif isinstance(name, bytes | bytearray | memoryview):
+            text = bytes(name).decode("utf-8", "replace")
+        else:
+            raise TypeError(f"a property name must be bytes or str, not {type(name).__name__}")
         family, _, prop = text.partition(".")
         if family not in ("leveldb", "minilsm"):
             return None

@@ -473,3 +473,14 @@ def test_get_property_answers_leveldbs_names_from_the_same_figures(db_path: str)
         assert memory == db.stats().memtable_bytes + cache.usage > cache.usage
     with pytest.raises(minilsm.ClosedError):
         db.get_property(b"leveldb.stats")
+
+
+def test_get_property_takes_any_bytes_like_name_and_refuses_other_types(db_path: str) -> None:
+    with minilsm.DB(db_path, **small_options()) as db:
+        want = db.get_property(b"leveldb.num-files-at-level0")
+        assert want is not None
+        for name in (bytearray(b"leveldb.num-files-at-level0"), memoryview(b"leveldb.num-files-at-level0")):
+            assert db.get_property(name) == want  # as a key may be: not read as its repr "<memory at 0x...>"
+        for wrong in (None, 5, [b"leveldb.stats"]):
+            with pytest.raises(TypeError, match="property name"):  # as plyvel's does; not None for "unknown"
+                db.get_property(wrong)  # type: ignore[arg-type]

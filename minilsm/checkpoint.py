@@ -24,9 +24,8 @@ import threading
 
 from minilsm.errors import ExistsError, NotFoundError
 from minilsm.fs import FileSystem
-from minilsm.manifest import ManifestState, write_manifest
+from minilsm.manifest import ManifestState, write_with_new_log
 from minilsm.sstable.format import table_file_name
-from minilsm.wal import log_file_name
 
 STAGING_SUFFIX = ".checkpoint.tmp"
 _COPY_CHUNK = 1 << 20
@@ -109,17 +108,11 @@ def _fill(fs: FileSystem, source: str, staging: str, state: ManifestState) -> No
             _link_or_copy(fs, f"{source}/{name}", f"{staging}/{name}")
     # An empty log for the manifest to name, numbered past every table, as a new store's first log is.
     log_number = state.next_file_number
-    log = fs.open_writable(f"{staging}/{log_file_name(log_number)}")
-    try:
-        log.sync()
-    finally:
-        log.close()
-    write_manifest(
+    write_with_new_log(
         fs,
         staging,
         ManifestState(log_number + 1, state.last_sequence, log_number, state.levels, state.compact_pointers),
     )
-    fs.sync_dir(staging)
 
 
 def _link_or_copy(fs: FileSystem, src: str, dst: str) -> None:
@@ -149,8 +142,5 @@ def _copy(fs: FileSystem, src: str, dst: str) -> None:
 
 def _remove_dir(fs: FileSystem, path: str) -> None:
     """Remove a checkpoint's directory (staging, or one that failed), if it exists: files only, no subdirectory."""
-    if not fs.exists(path):
-        return
-    for name in fs.listdir(path):
-        fs.remove(f"{path}/{name}")
-    fs.remove_dir(path)
+    if fs.exists(path):
+        fs.remove_dir_and_files(path)

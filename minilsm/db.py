@@ -1590,9 +1590,7 @@ class DB(_Writes, _Scans):
         `space_amplification`, O(data); that scan's block reads count after the snapshot.
         """
         version = self._version
-        mem, imm = self._mem, self._imm
-        memtable_bytes = mem.approximate_size + (imm.approximate_size if imm is not None else 0)
-        snap = report.snapshot(self._stats, version, memtable_bytes)
+        snap = report.snapshot(self._stats, version, self._memtable_bytes())
         if reset:
             report.reset(self._stats, version, snap)
         if measure_space:
@@ -1632,15 +1630,16 @@ class DB(_Writes, _Scans):
         elif prop == "sstables":
             answer = report.format_tables(self.tables())
         elif prop == "approximate-memory-usage":
-            mem, imm, cache = self._mem, self._imm, self._block_cache
-            answer = str(
-                mem.approximate_size
-                + (imm.approximate_size if imm is not None else 0)
-                + (cache.usage if cache is not None else 0)
-            )
+            cache = self._block_cache
+            answer = str(self._memtable_bytes() + (cache.usage if cache is not None else 0))
         else:
             return None
         return answer.encode()
+
+    def _memtable_bytes(self) -> int:
+        """What the memtable and the frozen one (if any) hold, by their own accounting.  O(1)."""
+        mem, imm = self._mem, self._imm
+        return mem.approximate_size + (imm.approximate_size if imm is not None else 0)
 
     def tables(self) -> list[TableInfo]:
         """Every live table: level, file, size, entries, tombstones, key range, filter and its FPR.  O(tables)."""

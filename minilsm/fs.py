@@ -113,6 +113,13 @@ class FileSystem:
         """Remove an empty directory (a compaction worker's scratch directory)."""
         os.rmdir(path)
 
+    def remove_dir_and_files(self, path: str) -> None:
+        """Remove directory `path` and the files in it (a scratch or staging directory: no subdirectories),
+        through `remove` and `remove_dir`, so a subclass that overrides those sees each removal."""
+        for name in self.listdir(path):
+            self.remove(f"{path}/{name}")
+        self.remove_dir(path)
+
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 

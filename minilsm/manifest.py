@@ -41,7 +41,7 @@ import xxhash
 from minilsm.errors import CorruptionError
 from minilsm.fs import FileSystem, WritableFile
 from minilsm.sstable.builder import TableMeta
-from minilsm.wal import LogWriter, read_log
+from minilsm.wal import LogWriter, log_file_name, read_log
 
 MANIFEST_NAME: Final = "MANIFEST"
 FORMAT_VERSION: Final = 2
@@ -173,6 +173,19 @@ def write_manifest(fs: FileSystem, dirname: str, state: ManifestState) -> None:
         writer.write(state)
     finally:
         writer.close()
+
+
+def write_with_new_log(fs: FileSystem, dirname: str, state: ManifestState) -> None:
+    """End a store rebuilt in `dirname` (a repair's, a checkpoint's): a new, empty log numbered `state.log_number`,
+    synced and its name made durable with every other name in the directory, then a manifest of `state` alone
+    that names it.  The manifest's rename is the moment the directory becomes that store."""
+    log = fs.open_writable(f"{dirname}/{log_file_name(state.log_number)}")
+    try:
+        log.sync()
+    finally:
+        log.close()
+    fs.sync_dir(dirname)
+    write_manifest(fs, dirname, state)
 
 
 def _placed(state: ManifestState) -> dict[tuple[int, int], TableMeta]:

@@ -46,7 +46,7 @@ from minilsm.check import Finding, closed_store, is_table_or_log
 from minilsm.errors import CorruptionError, Error
 from minilsm.fs import FileSystem
 from minilsm.iterators import Entry
-from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_manifest
+from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, write_with_new_log
 from minilsm.options import Options
 from minilsm.sstable.builder import TableBuilder, TableMeta
 from minilsm.sstable.format import parse_table_file_name, table_file_name
@@ -194,13 +194,7 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
     # A new, empty log for the manifest to name: every old log lies below it, so none is replayed over the
     # tables that now hold its writes (and the next open deletes any that a crash leaves behind).
     log_number = max(written, default=next_number - 1) + 1
-    log = fs.open_writable(f"{path}/{log_file_name(log_number)}")
-    try:
-        log.sync()
-    finally:
-        log.close()
-    fs.sync_dir(path)
-    write_manifest(fs, path, ManifestState(log_number + 1, last_seq, log_number, levels, []))
+    write_with_new_log(fs, path, ManifestState(log_number + 1, last_seq, log_number, levels, []))
     _clear_old_files(fs, path, names, damaged, report)
     return report
 

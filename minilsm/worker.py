@@ -96,9 +96,7 @@ def is_scratch_name(name: str) -> bool:
 def remove_scratch(fs: FileSystem, scratch: str) -> None:
     """Remove a job's scratch directory and what is left in it (never worth failing for)."""
     with contextlib.suppress(OSError):
-        for name in fs.listdir(scratch):
-            fs.remove(f"{scratch}/{name}")
-        fs.remove_dir(scratch)
+        fs.remove_dir_and_files(scratch)
 
 
 def remove_leftover_scratch(fs: FileSystem, dirname: str) -> None:

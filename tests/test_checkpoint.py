@@ -58,8 +58,9 @@ def test_tables_are_hard_linked_not_copied(db_path: str) -> None:
             assert os.stat(f"{target}/{n}").st_ino == os.stat(f"{db_path}/{n}").st_ino
 
 
-class _NoLinks(FileSystem):
-    """A file system where `link(2)` fails as it does across file systems."""
+class _NoLinks(FaultFS):
+    """A file system where `link(2)` fails as it does across file systems, so the tables are copied (through
+    FaultFS, so that the failure sweep below can fail each call of the copy too)."""
 
     def link(self, src: str, dst: str) -> None:
         raise OSError(errno.EXDEV, "Invalid cross-device link", src)
@@ -219,19 +220,12 @@ def test_checkpoints_taken_while_a_writer_and_compactions_run_are_each_a_prefix_
             check_invariants(copy)
 
 
-class _FaultNoLinks(FaultFS):
-    """FaultFS where `link(2)` fails as it does across file systems, so the tables are copied through it."""
-
-    def link(self, src: str, dst: str) -> None:
-        raise OSError(errno.EXDEV, "Invalid cross-device link", src)
-
-
 @pytest.mark.parametrize("links", [True, False])
 def test_a_failure_at_any_call_of_a_checkpoint_leaves_no_target_and_loses_nothing(db_path: str, links: bool) -> None:
     # Every file system call the checkpoint makes (after its flush), failed in turn: each failure surfaces as
     # StoreIOError, leaves neither the target nor its staging directory, and the store reads and writes on.
     # Was: a failed sync of the target's parent, after the rename, raised but left the target in place.
-    fs = FaultFS() if links else _FaultNoLinks()
+    fs = FaultFS() if links else _NoLinks()
     with minilsm.DB(db_path, **small_options(fs=fs)) as db:
         model = _load(db, 400)
         db.flush()

@@ -175,7 +175,7 @@ def test_a_crash_mid_repair_leaves_the_store_as_it_was(path: str) -> None:
     model = history(path, random.Random(3))
     before = sorted(os.listdir(path))
     with (
-        mock.patch("minilsm.repair.write_manifest", side_effect=OSError(28, "No space left on device")),
+        mock.patch("minilsm.manifest.write_manifest", side_effect=OSError(28, "No space left on device")),
         pytest.raises(OSError, match="No space"),
     ):
         repair_store(path, **small_options())

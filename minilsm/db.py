@@ -1637,8 +1637,12 @@ class DB(_Writes, _Scans):
         return answer.encode()
 
     def _memtable_bytes(self) -> int:
-        """What the memtable and the frozen one (if any) hold, by their own accounting.  O(1)."""
-        mem, imm = self._mem, self._imm
+        """What the memtable and the frozen one (if any) hold, by their own accounting.  O(1).
+
+        Under the mutex: a memtable frozen between reading the two names would be counted as both.
+        """
+        with self._mutex:
+            mem, imm = self._mem, self._imm
         return mem.approximate_size + (imm.approximate_size if imm is not None else 0)
 
     def tables(self) -> list[TableInfo]:

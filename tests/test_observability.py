@@ -475,6 +475,47 @@ def test_get_property_answers_leveldbs_names_from_the_same_figures(db_path: str)
         db.get_property(b"leveldb.stats")
 
 
+class _FreezeOnRead:
+    """`DB._mem` as a data descriptor whose first read, once armed, freezes the memtable from another thread, as a
+    writer might between the two reads a memory figure makes; it waits for the freeze only so long."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.thread: threading.Thread | None = None
+
+    def __get__(self, db: DB, owner: object = None) -> object:
+        mem = db.__dict__["_mem_hooked"]
+        if self.armed:
+            self.armed = False
+
+            def freeze() -> None:
+                with db._mutex:
+                    db._freeze_memtable()
+
+            self.thread = t = threading.Thread(target=freeze)
+            t.start()
+            t.join(0.5)  # done at once unless the reader holds the mutex, as it must
+        return mem
+
+    def __set__(self, db: DB, value: object) -> None:
+        db.__dict__["_mem_hooked"] = value
+
+
+def test_memory_figures_count_a_memtable_frozen_meanwhile_once(db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    hook = _FreezeOnRead()
+    monkeypatch.setattr(DB, "_mem", hook, raising=False)
+    with minilsm.DB(db_path, **small_options(background=False)) as db:
+        db.put(b"k", b"v" * 100)
+        held = db._memtable_bytes()
+        assert held > 100 and db._imm is None
+        hook.armed = True
+        assert db.stats().memtable_bytes == held  # not twice: once as the memtable, once frozen
+        assert hook.thread is not None
+        hook.thread.join()
+        assert db._imm is not None and db._imm.approximate_size == held
+        assert db.get(b"k") == b"v" * 100
+
+
 def test_get_property_takes_any_bytes_like_name_and_refuses_other_types(db_path: str) -> None:
     with minilsm.DB(db_path, **small_options()) as db:
         want = db.get_property(b"leveldb.num-files-at-level0")

@@ -105,7 +105,7 @@ def _fill(fs: FileSystem, source: str, staging: str, state: ManifestState) -> No
     for level in state.levels:
         for meta in level:
             name = table_file_name(meta.number)
-            _link_or_copy(fs, f"{source}/{name}", f"{staging}/{name}")
+            link_or_copy(fs, f"{source}/{name}", f"{staging}/{name}")
     # An empty log for the manifest to name, numbered past every table, as a new store's first log is.
     log_number = state.next_file_number
     write_with_new_log(
@@ -115,7 +115,9 @@ def _fill(fs: FileSystem, source: str, staging: str, state: ManifestState) -> No
     )
 
 
-def _link_or_copy(fs: FileSystem, src: str, dst: str) -> None:
+def link_or_copy(fs: FileSystem, src: str, dst: str) -> None:
+    """Give the file `src` the new name `dst`: a hard link, or a synced copy where a link cannot be made (a copy
+    cut short by a failure is left at `dst`).  Call `sync_dir` on `dst`'s directory to make the name durable."""
     try:
         fs.link(src, dst)
     except OSError as e:

@@ -19,13 +19,22 @@ and reported in full:
   level 0 for a tiered store), under a new manifest whose last sequence number
   is the newest read, so new writes come after every version kept.
 
-The new manifest replaces the old one in one rename, so a crash mid-repair
+The new manifest replaces the old one in one rename, so a crash before it
 leaves the store as it was (the new tables are orphans the next open deletes),
-and a repair can simply run again.  Only then are the old tables and logs
-removed; the damaged ones, and a damaged manifest, are moved into ``lost/``
-instead.  A repaired store keeps no snapshot's older versions, and a manifest
-that could not be read may hide that some table was already replaced: such a
-table can bring back values deleted since, as with LevelDB's repair.
+and a repair can simply run again.  The damaged files (a damaged manifest
+among them) are kept in ``lost/`` before that rename, not after it: each is
+hard-linked there (copied where a link cannot be made) and made durable while
+it keeps its own name, since from the rename on the store names none of them
+and the next open would delete them as obsolete.  A repair run again after a
+crash finds the same damage, and each damaged file already in ``lost/`` with
+the same bytes, and keeps it once.  Only after the rename are the old tables
+and logs removed (the damaged ones by their names in the store: their bytes
+stay in ``lost/``), by the repair or, after a crash, the next open.  A repair
+run after such a crash finds the store whole, and reports no damage: what the
+crashed run found is known only from what it left in ``lost/``.  A repaired
+store keeps no snapshot's older versions, and a manifest that could not be
+read may hide that some table was already replaced: such a table can bring
+back values deleted since, as with LevelDB's repair.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from minilsm import compaction
 from minilsm.batch import LogChain, decode_batch
 from minilsm.cache import TableFileCache
 from minilsm.check import Finding, closed_store, is_table_or_log
+from minilsm.checkpoint import link_or_copy
 from minilsm.errors import CorruptionError, Error
 from minilsm.fs import FileSystem
 from minilsm.iterators import Entry
@@ -56,6 +66,7 @@ from minilsm.wal import log_file_name, parse_log_file_name, read_log
 
 LOST_DIR = "lost"
 """Where `repair_store` moves the files it could not read whole, inside the store's directory."""
+_COMPARE_CHUNK = 1 << 20
 
 
 @dataclass
@@ -74,7 +85,8 @@ class RepairReport:
     tables_written: list[TableMeta] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)
-    """Files moved into ``lost/``, by their names there: ``name.1``, ``name.2``, ... when it already held a ``name``."""
+    """Files moved into ``lost/``, by their names there: ``name.1``, ``name.2``, ... when it already held another
+    ``name`` (one with the same bytes, kept by a run of the repair that a crash cut short, is not kept twice)."""
 
     @property
     def ok(self) -> bool:
@@ -127,10 +139,6 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
     report = RepairReport(path)
     stats = Stats()
     state = _read_manifest(fs, path, names, report)
-    if state is None and MANIFEST_NAME in names:
-        # Out of the way before anything is written: a crash from here on leaves a store with no manifest,
-        # which a repair reads as this one does.
-        _move_to_lost(fs, path, MANIFEST_NAME, report)
     tables = sorted(n for name in names if (n := parse_table_file_name(name)) is not None)
     logs = sorted(n for name in names if (n := parse_log_file_name(name)) is not None)
     next_number = max([*tables, *logs, state.next_file_number if state else 0], default=0) + 1
@@ -194,8 +202,13 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
     # A new, empty log for the manifest to name: every old log lies below it, so none is replayed over the
     # tables that now hold its writes (and the next open deletes any that a crash leaves behind).
     log_number = max(written, default=next_number - 1) + 1
+    # The damaged files get their names in lost/ before the new manifest goes in, not after it: from its rename
+    # on, the store names none of them, so a crash would leave them to the next open, which deletes them as
+    # obsolete (or to the next repair, which removes them as old files), and their bytes would be gone.
+    unread = [MANIFEST_NAME] if state is None and MANIFEST_NAME in names else []
+    _keep_in_lost(fs, path, unread + [name for name in damaged if name in names], report)
     write_with_new_log(fs, path, ManifestState(log_number + 1, last_seq, log_number, levels, []))
-    _clear_old_files(fs, path, names, damaged, report)
+    _remove_old_files(fs, path, names)
     return report
 
 
@@ -295,34 +308,73 @@ def _level_for(opts: Options, size: int) -> int:
     return level
 
 
-def _clear_old_files(fs: FileSystem, path: str, names: list[str], damaged: list[str], report: RepairReport) -> None:
-    """Once the new manifest is in place: move the damaged files into lost/, and remove the other old tables and
-    logs, whose versions the new tables hold (or the next open would delete them)."""
+def _keep_in_lost(fs: FileSystem, path: str, names: list[str], report: RepairReport) -> None:
+    """Give each of the damaged files `names` a second name in lost/, durable, while it keeps its own.
+
+    A hard link (or a copy, where a link cannot be made), so that until the new manifest is in place the store
+    is as it was, and a crash leaves it to a repair run again, which reads every file as this one does.  That
+    repair finds these files in lost/ already, holding the same bytes, and keeps each once, not again as
+    ``name.1``.
+    """
+    if not names:
+        return
+    lost = f"{path}/{LOST_DIR}"
+    fs.makedirs(lost)
     for name in names:
-        if name in damaged:
-            _move_to_lost(fs, path, name, report)
-        elif is_table_or_log(name):
+        src = f"{path}/{name}"
+        # A file an earlier repair kept may have the same name (every damaged manifest is MANIFEST): the newcomer
+        # takes the first free "name.N", as a link over it would replace the bytes it kept.
+        kept = name
+        n = 0
+        while fs.exists(f"{lost}/{kept}"):
+            if _same_bytes(fs, src, f"{lost}/{kept}"):
+                break  # kept there by a run of this repair that a crash cut short
+            n += 1
+            kept = f"{name}.{n}"
+        else:
+            if fs.is_dir(src):
+                # Named like a table, a log or the manifest, but no file: nothing in it is read, so a crash after
+                # its move changes nothing a repair would read, and it has no bytes to link or copy.
+                fs.rename(src, f"{lost}/{kept}")
+            else:
+                # Linked or copied under a name of its own, then renamed: a copy cut short by a crash is never
+                # taken for the file kept, and the run that repeats it writes it again.
+                staged = f"{lost}/{kept}.tmp"
+                if fs.exists(staged):
+                    fs.remove(staged)
+                link_or_copy(fs, src, staged)
+                fs.rename(staged, f"{lost}/{kept}")
+        report.moved.append(kept)
+    fs.sync_dir(lost)
+    fs.sync_dir(path)  # lost/'s own name, when this repair made it
+
+
+def _same_bytes(fs: FileSystem, a: str, b: str) -> bool:
+    """Whether the files `a` and `b` hold the same bytes; False if either cannot be read (keeping a second copy is
+    the safe side)."""
+    try:
+        if fs.file_size(a) != fs.file_size(b):
+            return False
+        with contextlib.closing(fs.open_random(a)) as fa, contextlib.closing(fs.open_random(b)) as fb:
+            size = fa.size()
+            return all(
+                fa.pread(offset, _COMPARE_CHUNK) == fb.pread(offset, _COMPARE_CHUNK)
+                for offset in range(0, size, _COMPARE_CHUNK)
+            )
+    except OSError:
+        return False
+
+
+def _remove_old_files(fs: FileSystem, path: str, names: list[str]) -> None:
+    """Once the new manifest is in place: remove the old tables and logs, whose versions the new tables hold or
+    whose bytes lost/ keeps (or the next open deletes them)."""
+    for name in names:
+        if is_table_or_log(name):
             # Garbage now, which the next open sweeps as well: never worth failing a repair that has taken effect
             # for (a directory named like a table, say), as the store's own sweep does not fail for it.
             with contextlib.suppress(OSError):
                 fs.remove(f"{path}/{name}")
     fs.sync_dir(path)
-
-
-def _move_to_lost(fs: FileSystem, path: str, name: str, report: RepairReport) -> None:
-    lost = f"{path}/{LOST_DIR}"
-    fs.makedirs(lost)
-    # A file an earlier repair moved there may have the same name (every damaged manifest is MANIFEST):
-    # the rename would replace it, losing the bytes it kept.  The newcomer takes the first free "name.N".
-    kept = name
-    n = 0
-    while fs.exists(f"{lost}/{kept}"):
-        n += 1
-        kept = f"{name}.{n}"
-    fs.rename(f"{path}/{name}", f"{lost}/{kept}")
-    fs.sync_dir(lost)
-    fs.sync_dir(path)
-    report.moved.append(kept)
 
 
 def _detail(e: CorruptionError | OSError) -> str:

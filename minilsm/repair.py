@@ -15,9 +15,11 @@ and reported in full:
   its newest version read (a newer version lost with a damaged block leaves
   the one before it, as it must: nothing newer is known); tombstones go, since
   nothing older is left below them;
-* written as new tables in one level (the lowest whose size limit holds them;
-  level 0 for a tiered store), under a new manifest whose last sequence number
-  is the newest read, so new writes come after every version kept.
+* written as new tables in one level (the lowest whose size limit holds them,
+  and no deeper than a readable manifest's levels, which are as many as the
+  store's last open had, its ``max_levels``; level 0 for a tiered store), under
+  a new manifest whose last sequence number is the newest read, so new writes
+  come after every version kept.
 
 The new manifest replaces the old one in one rename, so a crash before it
 leaves the store as it was (the new tables are orphans the next open deletes),
@@ -120,7 +122,8 @@ def repair_store(path: str | os.PathLike[str], options: Options | None = None, *
     """Rebuild the store at `path` from every version that can still be read (see the module docstring).
 
     `options` (or keyword arguments, as `DB` takes them) give the new tables' sizes, filters and level
-    layout (``compaction_style="tiered"`` for a tiered store).  Raises `NotFoundError` if `path` holds no
+    layout (``compaction_style="tiered"`` for a tiered store); other sizes than the store's own give other
+    tables, as readable, which the store's compactions reshape.  Raises `NotFoundError` if `path` holds no
     store, `LockError` if the store is open, and `Error` if something that is not a directory is named
     ``lost``, before anything changes.  O(store size): every table and log is read once, and every kept version
     written once.
@@ -196,8 +199,12 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
     report.tables_written = metas
     report.keys_kept = sum(m.num_entries for m in metas)
     report.versions_read = report.keys_kept + stats.entries_dropped_shadowed + stats.tombstones_dropped
-    report.level = 0 if tiered else _level_for(opts, sum(m.file_size for m in metas))
-    levels: list[list[TableMeta]] = [[] for _ in range(max(report.level + 1, 2))]
+    # A manifest lists as many levels as the store's last open had (its max_levels): the tables go no deeper,
+    # or the store's application, opening with that many, would be refused.  The new manifest lists as many, so
+    # that a repair of the repaired store knows it too.
+    max_levels = opts.max_levels if state is None else min(opts.max_levels, max(len(state.levels), 2))
+    report.level = 0 if tiered else _level_for(opts, max_levels, sum(m.file_size for m in metas))
+    levels: list[list[TableMeta]] = [[] for _ in range(max_levels)]
     levels[report.level] = metas
     # A new, empty log for the manifest to name: every old log lies below it, so none is replayed over the
     # tables that now hold its writes (and the next open deletes any that a crash leaves behind).
@@ -300,10 +307,10 @@ def _internal_order(entry: Entry) -> tuple[bytes, int]:
     return entry[0], -entry[1]
 
 
-def _level_for(opts: Options, size: int) -> int:
-    """The lowest level from 1 whose size limit holds `size` bytes (the deepest there is, if none)."""
+def _level_for(opts: Options, max_levels: int, size: int) -> int:
+    """The lowest level from 1 whose size limit holds `size` bytes (the deepest of `max_levels`, if none)."""
     level = 1
-    while level < opts.max_levels - 1 and compaction.max_bytes_for_level(opts, level) < size:
+    while level < max_levels - 1 and compaction.max_bytes_for_level(opts, level) < size:
         level += 1
     return level
 

@@ -530,3 +530,18 @@ def test_a_repair_failing_at_any_call_then_run_again_keeps_each_damaged_file_onc
         repair_store(work, **small_options())
         assert contents(work) == expected, (kind, nth)
         assert lost_bytes(work) == sorted(damaged.values()), (kind, nth, os.listdir(os.path.join(work, LOST_DIR)))
+
+
+def test_the_tables_go_no_deeper_than_the_levels_the_store_was_opened_with(path: str) -> None:
+    """A store's manifest lists as many levels as its last open had (its max_levels).  A repair not told that
+    (`minilsm repair` takes no --max-levels) placed the tables at the level of its own max_levels that holds
+    them, and the store's application, opening with fewer levels, was refused: "the store has tables at level
+    4; open it with max_levels > 4"."""
+    model = {b"k%04d" % i: b"v%d" % i * 10 for i in range(800)}  # about 40 KB: level 4 of 8, 16, 32, 64 KiB
+    with minilsm.DB(path, **small_options(max_levels=3)) as db:
+        for k, v in model.items():
+            db.put(k, v)
+    for _ in range(2):  # and a repair of the repaired store: its manifest lists the store's levels too
+        report = repair_store(path, **small_options(max_levels=7))
+        assert report.ok and report.level == 2, report.level
+        assert contents(path, max_levels=3) == model

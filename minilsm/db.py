@@ -315,7 +315,8 @@ class DB(_Writes, _Scans):
             if fs.exists(path) and not fs.is_dir(path):
                 raise NotFoundError(f"{path} exists and is not a directory")
             if not self._store_exists():
-                fs.makedirs(path)  # the lock file needs the directory
+                # The lock file needs the directory, and the writes the store acknowledges need its name durable.
+                fs.makedirs_synced(path)
             try:
                 self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
             except BlockingIOError as e:

@@ -130,7 +130,23 @@ class FileSystem:
         return os.path.isdir(path)
 
     def makedirs(self, path: str) -> None:
+        """Make directory `path` and any missing above it.  Call `sync_dir` on the directory above each new one to
+        make its name durable (`makedirs_synced`)."""
         os.makedirs(path, exist_ok=True)
+
+    def makedirs_synced(self, path: str) -> None:
+        """`makedirs`, then sync the directory above each directory it made, or above `path` if it made none (an
+        earlier call may have failed before its sync): a new directory's name, as a new file's, survives a power
+        cut only once the directory holding it is synced.  Through `exists`, `makedirs` and `sync_dir`, so a
+        subclass that overrides those sees each call."""
+        made = []  # the deepest first
+        d = os.path.abspath(path)
+        while not self.exists(d):
+            made.append(d)
+            d = os.path.dirname(d)
+        self.makedirs(path)
+        for d in reversed(made or [os.path.abspath(path)]):
+            self.sync_dir(os.path.dirname(d))
 
     def file_size(self, path: str) -> int:
         return os.path.getsize(path)

@@ -164,6 +164,100 @@ def test_faultfs_copy_durable_leaves_what_a_crash_would_and_changes_nothing(tmp_
     assert os.listdir(d) == ["a"] and read(f"{d}/a") == b"synced"
 
 
+def make_synced_dir(fs: FaultFS, d: str, files: dict[str, bytes]) -> None:
+    """Directory `d` made through `fs` holding `files`, each synced and its name made durable in `d` (but not
+    `d`'s own name in its parent)."""
+    fs.makedirs(d)
+    for name, data in files.items():
+        f = fs.open_writable(f"{d}/{name}")
+        f.append(data)
+        f.sync()
+        f.close()
+    fs.sync_dir(d)
+
+
+def tree(d: str) -> dict[str, object]:
+    """Directory `d` as nested dicts: a file's name to its bytes, a subdirectory's to its own tree."""
+    return {n: tree(f"{d}/{n}") if os.path.isdir(f"{d}/{n}") else read(f"{d}/{n}") for n in sorted(os.listdir(d))}
+
+
+def test_faultfs_a_new_directory_s_name_is_durable_only_once_its_parent_is_synced(tmp_path: object) -> None:
+    d = str(tmp_path)
+    for sync_parent in (False, True):
+        fs = FaultFS()
+        make_synced_dir(fs, f"{d}/new/deeper", {"f": b"synced"})
+        if sync_parent:
+            fs.sync_dir(f"{d}/new")
+            assert fs.unsynced_files() == [f"{d}/new"]  # "deeper" is durable in "new", "new" not yet in d
+            fs.sync_dir(d)
+        lost = fs.crash()
+        assert tree(d) == ({"new": {"deeper": {"f": b"synced"}}} if sync_parent else {})
+        assert lost == ({"bytes_dropped": 0, "names_reverted": 0} if sync_parent else {"dirs_vanished": 1, **lost})
+    assert fs.counts["mkdir"] == 1
+
+
+def test_faultfs_a_directory_rename_is_undone_by_a_crash_before_its_parent_is_synced(tmp_path: object) -> None:
+    # A checkpoint's order: the files in staging synced, staging synced, renamed to the target, the parent synced.
+    d = str(tmp_path)
+    for synced in ("nothing", "the staging directory", "the parent too"):
+        shutil.rmtree(d)
+        os.makedirs(d)
+        fs = FaultFS()
+        make_synced_dir(fs, f"{d}/staging", {"a": b"a"})
+        fs.sync_dir(d)
+        fs.open_writable(f"{d}/staging/b").sync()
+        if synced != "nothing":
+            fs.sync_dir(f"{d}/staging")
+        fs.rename(f"{d}/staging", f"{d}/target")
+        if synced == "the parent too":
+            fs.sync_dir(d)
+        fs.crash()
+        held = {"a": b"a"} if synced == "nothing" else {"a": b"a", "b": b""}
+        assert tree(d) == ({"target": held} if synced == "the parent too" else {"staging": held}), synced
+
+
+def test_faultfs_a_removed_directory_comes_back_with_what_it_durably_held(tmp_path: object) -> None:
+    # The checkpoint clearing a crash's leftover staging directory, then filling a new one under the same name:
+    # each directory keeps its own model, the one a crash brings back too.
+    d = str(tmp_path)
+    fs = FaultFS()
+    make_synced_dir(fs, f"{d}/staging", {"old": b"old"})
+    fs.sync_dir(d)
+    fs.remove_dir_and_files(f"{d}/staging")
+    make_synced_dir(fs, f"{d}/staging", {"new": b"new"})
+    assert tree(d) == {"staging": {"new": b"new"}}
+    assert fs.crash() == {"names_reverted": 1, "bytes_dropped": 0}
+    assert tree(d) == {"staging": {"old": b"old"}}
+    assert [fs.counts[k] for k in ("mkdir", "rmdir", "remove")] == [2, 1, 1]
+
+
+def test_faultfs_with_dir_ops_a_crash_keeps_a_prefix_of_a_directory_s_making_and_renaming(tmp_path: object) -> None:
+    d = str(tmp_path)
+    kept = set()
+    for seed in range(30):
+        shutil.rmtree(d)
+        os.makedirs(d)
+        fs = FaultFS(seed=seed, dir_ops=True)
+        make_synced_dir(fs, f"{d}/staging", {"a": b"a"})
+        fs.rename(f"{d}/staging", f"{d}/target")
+        fs.crash()
+        kept.add(repr(tree(d)))  # none, the new directory, or the new directory renamed
+    assert kept == {repr(t) for t in ({}, {"staging": {"a": b"a"}}, {"target": {"a": b"a"}})}
+
+
+def test_faultfs_copy_durable_copies_the_durable_subdirectories(tmp_path: object) -> None:
+    d, copy = f"{tmp_path}/parent", f"{tmp_path}/copy"
+    os.makedirs(f"{d}/found/inside")  # made before the model saw it: durable, copied as it is
+    fs = FaultFS()
+    make_synced_dir(fs, f"{d}/made", {"a": b"a"})
+    make_synced_dir(fs, f"{d}/unsynced", {"b": b"b"})
+    fs.sync_dir(d)
+    fs.rename(f"{d}/unsynced", f"{d}/renamed")
+    fs.copy_durable(d, copy)
+    assert tree(copy) == {"found": {"inside": {}}, "made": {"a": b"a"}, "unsynced": {"b": b"b"}}
+    assert sorted(os.listdir(d)) == ["found", "made", "renamed"]
+
+
 # -- the sweeps ----------------------------------------------------------------------
 
 
@@ -355,6 +449,21 @@ def test_regression_the_directory_check_goes_through_the_file_system(tmp_path: o
 
     with pytest.raises(minilsm.NotFoundError, match="not a directory"):
         minilsm.DB(str(tmp_path), fs=NoDirs())
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_regression_a_new_store_s_directory_survives_a_power_cut(tmp_path: object, depth: int) -> None:
+    """Was: the store's directory (and those `makedirs` made above it) was made and never had its name synced into
+    the directory above, so a power cut could take the new store away, with every write it acknowledged."""
+    top = os.path.join(str(tmp_path), "new")
+    path = os.path.join(top, *["deeper"] * (depth - 1), "db")
+    fs = FaultFS()
+    db = minilsm.DB(path, **small_options(fs=fs))
+    db.put(b"k", b"v", sync=True)
+    crash(db)
+    fs.crash()
+    with minilsm.DB(path, **small_options(create_if_missing=False)) as db:
+        assert db.get(b"k") == b"v"
 
 
 def fifty_keys_ready_for(db: minilsm.DB, call: str) -> None:

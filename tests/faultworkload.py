@@ -7,13 +7,15 @@ acknowledged so far, and records in a `Run` which writes were acknowledged and
 how many of them a crash must keep (`Run.floor`); `check_recovered` opens the
 store after a crash and checks it against that record.  tests/test_fault_injection.py
 fails file-system calls under it; tests/test_power_cut_sweep.py cuts the power
-before them.
+before them, with `PowerCuts` (which tests/test_checkpoint.py uses too).
 """
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -247,3 +249,73 @@ def check_recovered(
         f"(floor {run.floor}, failed write {run.failed_write}); differing keys e.g. {lost}, unexpected {extra}; "
         f"errors: {short(run.errors)}"
     )
+
+
+# -- power cuts in the middle of a run ------------------------------------------------
+
+
+def acknowledged_at_cut(run: Run, ops: Sequence[Op]) -> Run:
+    """What a power cut now must keep, from `run` as `drive` fills it in: acked, floor, and the write in flight.
+
+    In background mode the cut comes from the background thread while the workload's thread runs on, so
+    the fields are read in an order that keeps them consistent: `floor` first (it only grows, and never past
+    ``len(acked)``), then the op running, then `acked`, so that a write that returns between those two reads
+    is taken as acknowledged, not in flight.  Whatever they say was made durable before the cut: a write's
+    or flush's file-system calls all come before its acknowledgement, and the cut holds the lock every call takes.
+    """
+    floor = run.floor
+    current = run.current
+    acked = list(run.acked)
+    in_flight = current >= 0 and ops[current][0] in WRITES and (not acked or acked[-1] < current)
+    return Run(acked=acked, floor=floor, failed_write=current if in_flight else None)
+
+
+@dataclass
+class Cut:
+    number: int
+    kind: str
+    path: str
+    copy: str
+    """The directory holding what the cut left of the store."""
+    must: Run | None
+    """What it must hold (`acknowledged_at_cut`), if the copies were taken during a `drive`."""
+
+    def label(self, total: int) -> str:
+        return f"cut {self.number}/{total} before {self.kind} {os.path.basename(self.path)}"
+
+
+class PowerCuts:
+    """`FaultFS.on_call` hook: before each call whose number is in `at` (every call if None), a copy of `store` as
+    a power cut then would leave it, in a new directory under `root`.
+
+    Reads are not numbered, and have no cut before them: the durable state before a read is the one before the
+    next call that is not a read, where the model is at least as strict (nothing a write does goes without a call).
+    """
+
+    def __init__(
+        self,
+        fs: FaultFS,
+        store: str,
+        root: str,
+        at: Container[int] | None,
+        run: Run | None = None,
+        ops: Sequence[Op] = (),
+    ) -> None:
+        self.fs, self.store, self.root, self.at, self.run, self.ops = fs, store, root, at, run, ops
+        self.number = 0
+        self.cuts: list[Cut] = []
+        self.calls: Counter[tuple[str, str]] = Counter()
+        """Every call by (kind, file name): what the run exercised."""
+        fs.on_call = self
+
+    def __call__(self, kind: str, path: str) -> None:
+        self.calls[kind, os.path.basename(path)] += 1
+        if kind == "read":
+            return
+        self.number += 1
+        if self.at is not None and self.number not in self.at:
+            return
+        must = None if self.run is None else acknowledged_at_cut(self.run, self.ops)
+        copy = os.path.join(self.root, str(self.number))
+        self.fs.copy_durable(self.store, copy)
+        self.cuts.append(Cut(self.number, kind, path, copy, must))

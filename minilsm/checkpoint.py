@@ -90,9 +90,15 @@ def _write(fs: FileSystem, source: str, target: str, state: ManifestState) -> No
         fs.sync_dir(parent)
     except BaseException:
         # Whole, but perhaps not durable, and the caller is told it failed: take it back, so that a failure
-        # leaves no target and trying again does not meet one.
+        # leaves no target and trying again does not meet one.  Its name goes first, durably, and only then its
+        # files: removed where it stood, a power cut midway could leave a part of a copy as the target (a
+        # journaling file system may commit the rename and the first removals, in order, but not the rest).  If
+        # the name cannot go for good, the files stay: the target, if a power cut keeps it, is whole, and a
+        # staging directory left is cleared by the next checkpoint.
         with contextlib.suppress(OSError):
-            _remove_dir(fs, target)
+            fs.rename(target, staging)
+            fs.sync_dir(parent)
+            _remove_dir(fs, staging)
         raise
 
 

@@ -179,6 +179,12 @@ class _PosixWritableFile:
     A copy of the object in a child process forked while it was open writes
     nothing when it closes: what waits in it is the parent's to write (through
     the shared descriptor, the child would write it a second time).
+
+    A write that fails drops the bytes it did not write, as LevelDB's
+    ``FlushBuffer`` does, rather than keep them for a later flush: the file's
+    end is then unknown and its writer is abandoned, so the only later flush
+    is the one `close` makes, which would write a log record its caller was
+    told had failed (and had read back as absent) for the next open to replay.
     """
 
     __slots__ = ("_fd", "_pending", "_pending_bytes", "_pid", "path")
@@ -207,26 +213,15 @@ class _PosixWritableFile:
         # as os.write returns would otherwise leave written bytes pending, for the next flush to write again.
         pending.clear()
         self._pending_bytes = 0
-        try:
-            written = os.write(self._fd, data)
-        except OSError:
-            pending.append(data)  # nothing was written
-            self._pending_bytes = len(data)
-            raise
+        written = os.write(self._fd, data)
         if written < len(data):
             self._write_rest(data, written)
 
     def _write_rest(self, data: bytes, written: int) -> None:
-        # A short write (a signal, a nearly full disk): write the rest; if that fails,
-        # keep only the unwritten bytes pending, so a retry cannot duplicate any.
+        # A short write (a signal, a nearly full disk): write the rest, until done or a write fails.
         view = memoryview(data)[written:]
-        try:
-            while view:
-                view = view[os.write(self._fd, view) :]
-        except OSError:
-            self._pending[:] = [bytes(view)]
-            self._pending_bytes = len(view)
-            raise
+        while view:
+            view = view[os.write(self._fd, view) :]
 
     def sync(self) -> None:
         self.flush()

@@ -742,6 +742,36 @@ def test_regression_an_interrupt_right_after_the_log_write_does_not_write_the_re
         assert db.get(b"a") == b"1" and db.get(b"b") == b"2" and db.get(b"c") is None
 
 
+@pytest.mark.parametrize("written", [0, 5])
+def test_regression_a_write_that_failed_is_not_written_at_close(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, written: int
+) -> None:
+    """Was: a log write failing on a full disk kept the record pending in the log file, and close() wrote it out,
+    so a put that raised, and read back as absent, came back after the reopen.  Also when part of the record
+    reached the file first (a short write): the rest is not written either, and the torn record is dropped."""
+    import types
+
+    import minilsm.fs as fsmod
+
+    db = minilsm.DB(db_path, **small_options())
+    db.put(b"a", b"1")
+    real_write = os.write
+
+    def full_disk(fd: int, data: bytes) -> int:
+        if written and len(data) > written:
+            return real_write(fd, bytes(data[:written]))  # then the call for the rest fails
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fsmod, "os", types.SimpleNamespace(**{**vars(os), "write": full_disk}))
+    with pytest.raises(minilsm.StoreIOError, match="No space left"):
+        db.put(b"b", b"2" * 100)
+    monkeypatch.undo()
+    assert db.get(b"b") is None
+    db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"a") == b"1" and db.get(b"b") is None
+
+
 @pytest.mark.parametrize("call", ["compact_range", "inline flush", "flush"])
 def test_regression_an_interrupt_at_a_manifest_write_leaves_a_store_that_opens_with_every_write(
     db_path: str, monkeypatch: pytest.MonkeyPatch, call: str

@@ -135,9 +135,11 @@ class FileSystem:
         os.makedirs(path, exist_ok=True)
 
     def makedirs_synced(self, path: str) -> None:
-        """`makedirs`, then sync the directory above each directory it made, or above `path` if it made none (an
-        earlier call may have failed before its sync): a new directory's name, as a new file's, survives a power
-        cut only once the directory holding it is synced.  Through `exists`, `makedirs` and `sync_dir`, so a
+        """`makedirs`, then sync the directory above each directory it made: a new directory's name, as a new
+        file's, survives a power cut only once the directory holding it is synced.  If it made none, the one above
+        `path` is synced too (an earlier call may have made `path` and failed before its sync), unless it may not
+        be read (`PermissionError`: a directory given to a service in a parent of mode 711), as LevelDB and
+        RocksDB, which sync no parent, would open there.  Through `exists`, `makedirs` and `sync_dir`, so a
         subclass that overrides those sees each call."""
         made = []  # the deepest first
         d = os.path.abspath(path)
@@ -145,7 +147,10 @@ class FileSystem:
             made.append(d)
             d = os.path.dirname(d)
         self.makedirs(path)
-        for d in reversed(made or [os.path.abspath(path)]):
+        if not made:
+            with contextlib.suppress(PermissionError):
+                self.sync_dir(os.path.dirname(os.path.abspath(path)))
+        for d in reversed(made):
             self.sync_dir(os.path.dirname(d))
 
     def file_size(self, path: str) -> int:

@@ -35,7 +35,7 @@ from storeutil import check_invariants, crash, fast_tmp_dir, small_options
 
 import minilsm
 from minilsm.errors import ReadOnlyError, StoreIOError
-from minilsm.fs import WritableFile
+from minilsm.fs import FileSystem, WritableFile
 from minilsm.memtable import MemTable
 
 # The workload, `drive` and the model of what must survive live in faultworkload.py (shared with
@@ -453,6 +453,43 @@ def test_regression_a_new_store_s_directory_survives_a_power_cut(tmp_path: objec
     fs.crash()
     with minilsm.DB(path, **small_options(create_if_missing=False)) as db:
         assert db.get(b"k") == b"v"
+
+
+class _UnreadableAbove(FileSystem):
+    """Refuses to sync directory `above` as ``open(2)`` refuses a directory of mode 711 to a process that may
+    search it but not read it (a parent owned by root holding the directory given to a service)."""
+
+    def __init__(self, above: str) -> None:
+        self.above = above
+
+    def sync_dir(self, path: str) -> None:
+        if os.path.abspath(path) == self.above:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        super().sync_dir(path)
+
+
+@pytest.mark.parametrize("how", ["simulated", "chmod"])
+def test_regression_a_new_store_in_a_directory_given_to_it_opens_under_a_parent_it_may_not_read(
+    tmp_path: object, how: str
+) -> None:
+    """Was: a new store in an existing, empty directory synced the directory above too (in case an earlier open
+    made it and failed before its sync), and an open of a store whose directory lies in one it may search but not
+    read failed with EACCES, where it had opened before.  A directory the open makes still has its parent synced."""
+    above = os.path.join(str(tmp_path), "above")
+    path = os.path.join(above, "db")
+    os.makedirs(path)
+    if how == "chmod":
+        if os.geteuid() == 0:
+            pytest.skip("root reads any directory")
+        os.chmod(above, 0o311)
+    fs = _UnreadableAbove(above) if how == "simulated" else FileSystem()
+    try:
+        with minilsm.DB(path, **small_options(fs=fs)) as db:
+            db.put(b"k", b"v", sync=True)
+        with pytest.raises(StoreIOError, match="Permission denied"):
+            minilsm.DB(os.path.join(above, "made"), **small_options(fs=fs))  # a name it made: not skipped
+    finally:
+        os.chmod(above, 0o755)
 
 
 def fifty_keys_ready_for(db: minilsm.DB, call: str) -> None:

@@ -29,8 +29,9 @@ in order, as a journaling file system, committing metadata on its own schedule,
 may leave them (a store must not count on an unsynced removal staying undone).
 Each directory's changes are drawn on their own, so a rename between two
 directories may survive in one and not the other: a file then has both names
-(as a hard link), and a directory keeps the first of them only (a directory
-cannot have two).
+(as a hard link) or neither, and a directory keeps the first of them only (a
+directory cannot have two) or vanishes with all it holds.  POSIX leaves that
+open; ext4, XFS and btrfs journal a rename whole, so there it cannot happen.
 Files and directories the store did not create through this object (found in a
 directory the first time it is used) count as durable, and a directory found so
 is left as it is, its contents unread until it is used itself; names that

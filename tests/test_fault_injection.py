@@ -166,6 +166,25 @@ def test_faultfs_with_dir_ops_a_crash_keeps_a_prefix_of_the_unsynced_directory_c
     assert kept == {repr(dict(sorted(t.items()))) for t in prefixes}
 
 
+def test_faultfs_with_dir_ops_a_rename_between_directories_may_leave_both_names_or_neither(tmp_path: object) -> None:
+    # As the module docstring says: each directory's changes are drawn on their own (stricter than ext4).
+    d = str(tmp_path)
+    kept = set()
+    for seed in range(40):
+        shutil.rmtree(d)
+        os.makedirs(d)
+        fs = FaultFS(seed=seed, dir_ops=True)
+        make_synced_dir(fs, f"{d}/from", {"f": b"f"})
+        make_synced_dir(fs, f"{d}/to", {})
+        fs.sync_dir(d)
+        fs.rename(f"{d}/from/f", f"{d}/to/f")
+        fs.crash()
+        kept.add(repr(tree(d)))
+    f = {"f": b"f"}
+    outcomes = [({}, f), (f, {}), (f, f), ({}, {})]  # moved, not moved, both names, neither
+    assert kept == {repr({"from": src, "to": dst}) for src, dst in outcomes}
+
+
 def test_faultfs_copy_durable_leaves_what_a_crash_would_and_changes_nothing(tmp_path: object) -> None:
     d, copy = f"{tmp_path}/db", f"{tmp_path}/copy"
     os.makedirs(d)

@@ -1105,7 +1105,7 @@ class DB(_Writes, _Scans):
         hard-linked, not copied (copied only across file systems), so the cost is the flush plus O(tables):
         see `minilsm.checkpoint`.  Raises `ExistsError` if `path` exists, `NotFoundError` if the directory it
         goes into does not, `ValueError` if it lies in the store's own directory; a failure leaves no directory
-        there.
+        there (but a whole checkpoint, if it failed once in place and could not be taken back: `write_checkpoint`).
         """
         target = os.path.abspath(os.fsdecode(path))
         self.flush()

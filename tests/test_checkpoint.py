@@ -255,6 +255,35 @@ def test_a_failure_at_any_call_of_a_checkpoint_leaves_no_target_and_loses_nothin
         assert failed == sum(calls.values())  # the last, the sync of the target's parent, takes the target back
 
 
+class _NoWayBack(FileSystem):
+    """Once the target is renamed into place, the sync of its parent fails, and so does renaming it back."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def sync_dir(self, path: str) -> None:
+        if os.path.exists(self.target) and path == os.path.dirname(self.target):
+            raise OSError(errno.EIO, "Input/output error", path)
+        super().sync_dir(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        if src == self.target:
+            raise OSError(errno.EIO, "Input/output error", src)
+        super().rename(src, dst)
+
+
+def test_a_target_that_cannot_be_taken_back_is_left_whole(db_path: str) -> None:
+    # Its files are not removed where it stands: a power cut midway could leave a part of a copy as the target.
+    target = db_path + "-copy"
+    with minilsm.DB(db_path, **small_options(fs=_NoWayBack(target))) as db:
+        model = _load(db, 300)
+        with pytest.raises(minilsm.StoreIOError, match="checkpoint"):
+            db.checkpoint(target)
+    assert not os.path.exists(target + STAGING_SUFFIX)
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+
+
 @pytest.mark.parametrize("where", ["the store is the staging directory", "a directory in the store", "a log's name"])
 def test_a_target_in_the_store_s_own_directory_is_refused_and_the_store_is_untouched(db_path: str, where: str) -> None:
     # Was: a store named like a staging directory lost every file to the clearing of a crash's leftovers, and a

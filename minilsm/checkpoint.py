@@ -67,8 +67,8 @@ def _write(fs: FileSystem, source: str, target: str, state: ManifestState) -> No
         raise _exists(target)
     parent = os.path.dirname(target)
     if not fs.is_dir(parent):
-        # Made here, its name in the directory above would never be synced, so a checkpoint that returned could
-        # vanish in a power cut, and one that failed would leave it behind.  RocksDB refuses too.
+        # Made here, it would outlive a checkpoint that fails, and a mistyped path would quietly grow a tree of
+        # directories.  RocksDB refuses too.
         raise NotFoundError(f"{target}: a checkpoint goes into a directory that exists, and {parent} is not one")
     staging = target + STAGING_SUFFIX
     # The staging directory is cleared of a crash's leftovers first, which would delete a store named like one;

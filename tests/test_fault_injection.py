@@ -814,10 +814,12 @@ def test_regression_a_write_that_failed_is_not_written_at_close(
     db = minilsm.DB(db_path, **small_options())
     db.put(b"a", b"1")
     real_write = os.write
+    calls = [0]
 
     def full_disk(fd: int, data: bytes) -> int:
-        if written and len(data) > written:
-            return real_write(fd, bytes(data[:written]))  # then the call for the rest fails
+        calls[0] += 1
+        if written and calls[0] == 1:
+            return real_write(fd, bytes(data[:written]))  # a short write; the call for the rest fails
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(fsmod, "os", types.SimpleNamespace(**{**vars(os), "write": full_disk}))

@@ -477,7 +477,7 @@ def test_get_property_answers_leveldbs_names_from_the_same_figures(db_path: str)
 
 class _FreezeOnRead:
     """`DB._mem` as a data descriptor whose first read, once armed, freezes the memtable from another thread, as a
-    writer might between the two reads a memory figure makes; it waits for the freeze only so long."""
+    writer might between the two reads a memory figure makes."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -494,7 +494,7 @@ class _FreezeOnRead:
 
             self.thread = t = threading.Thread(target=freeze)
             t.start()
-            t.join(0.5)  # done at once unless the reader holds the mutex, as it must
+            t.join(0.5)  # at once, unless the reader holds the mutex (correct too: the freeze then waits for it)
         return mem
 
     def __set__(self, db: DB, value: object) -> None:

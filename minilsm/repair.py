@@ -33,7 +33,8 @@ the same bytes, and keeps it once.  Only after the rename are the old tables
 and logs removed (the damaged ones by their names in the store: their bytes
 stay in ``lost/``), by the repair or, after a crash, the next open.  A repair
 run after such a crash finds the store whole, and reports no damage: what the
-crashed run found is known only from what it left in ``lost/``.  A repaired
+crashed run found is known only from what it left in ``lost/``, which the
+report lists (`RepairReport.kept_before`).  A repaired
 store keeps no snapshot's older versions, and a manifest that could not be
 read may hide that some table was already replaced: such a table can bring
 back values deleted since, as with LevelDB's repair.
@@ -89,6 +90,9 @@ class RepairReport:
     moved: list[str] = field(default_factory=list)
     """Files moved into ``lost/``, by their names there: ``name.1``, ``name.2``, ... when it already held another
     ``name`` (one with the same bytes, kept by a run of the repair that a crash cut short, is not kept twice)."""
+    kept_before: list[str] = field(default_factory=list)
+    """What ``lost/`` held before this repair: an earlier one's finds, which a repair run again after a crash
+    past its new manifest no longer sees as damage (the store it finds is whole)."""
 
     @property
     def ok(self) -> bool:
@@ -97,6 +101,8 @@ class RepairReport:
     def render(self) -> str:
         lines = [str(f) for f in self.findings]
         lines += [f"moved to {LOST_DIR}/: {name}" for name in self.moved]
+        if self.kept_before:
+            lines.append(f"{LOST_DIR}/ already held, from an earlier repair: {', '.join(self.kept_before)}")
         written = sum(m.file_size for m in self.tables_written)
         lines.append(
             f"{self.path}: manifest {self.manifest}; read {self.tables_read} tables and {self.logs_read} logs "
@@ -140,6 +146,8 @@ def _repair(fs: FileSystem, path: str, opts: Options, names: list[str]) -> Repai
         # Found now, before anything changes, not when the first damaged file has nowhere to go.
         raise Error(f"{lost} is in the way: repair moves damaged files into a directory of that name; move it")
     report = RepairReport(path)
+    if LOST_DIR in names:
+        report.kept_before = sorted(fs.listdir(lost))
     stats = Stats()
     state = _read_manifest(fs, path, names, report)
     tables = sorted(n for name in names if (n := parse_table_file_name(name)) is not None)

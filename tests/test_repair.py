@@ -453,6 +453,11 @@ def test_a_crash_right_after_the_new_manifest_loses_no_damaged_file(path: str, m
     got = contents(path)  # the open deletes the files the new manifest does not name
     assert sorted(damaged.values()) == lost_bytes(path)
     assert b"k0000" in got and b"late0" not in got  # the repaired store: the log's first record was damaged
+    # A repair run again finds the store whole, and says what the crashed one left in lost/.
+    report = repair_store(path, **small_options())
+    assert report.ok and report.moved == []
+    assert report.kept_before == sorted(os.listdir(os.path.join(path, LOST_DIR))) != []
+    assert f"{LOST_DIR}/ already held, from an earlier repair: " in report.render()
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from faultfs import STORE_KINDS, FaultFS
@@ -141,13 +141,24 @@ def test_faultfs_torn_crash_keeps_a_prefix_of_unsynced_appends(tmp_path: object)
     assert len(sizes) > 3
 
 
-def test_faultfs_with_dir_ops_a_crash_keeps_a_prefix_of_the_unsynced_directory_changes(tmp_path: object) -> None:
-    d = str(tmp_path)
+def crash_outcomes(d: str, seeds: int, steps: Callable[[FaultFS], None]) -> set[str]:
+    """The trees a crash leaves in `d` after `steps` (run on an empty `d`), over `seeds` draws of which unsynced
+    directory changes survive (``dir_ops``)."""
     kept = set()
-    for seed in range(30):
+    for seed in range(seeds):
         shutil.rmtree(d)
         os.makedirs(d)
         fs = FaultFS(seed=seed, dir_ops=True)
+        steps(fs)
+        fs.crash()
+        kept.add(repr(tree(d)))
+    return kept
+
+
+def test_faultfs_with_dir_ops_a_crash_keeps_a_prefix_of_the_unsynced_directory_changes(tmp_path: object) -> None:
+    d = str(tmp_path)
+
+    def steps(fs: FaultFS) -> None:
         for name in ("a", "b"):
             f = fs.open_writable(f"{d}/{name}")
             f.append(name.encode())
@@ -159,8 +170,8 @@ def test_faultfs_with_dir_ops_a_crash_keeps_a_prefix_of_the_unsynced_directory_c
         fs.open_writable(f"{d}/e").append(b"unsynced")
         make_synced_dir(fs, f"{d}/staging", {"x": b"x"})  # what it holds is durable in it, its name not in d
         fs.rename(f"{d}/staging", f"{d}/target")
-        fs.crash()
-        kept.add(repr(tree(d)))
+
+    kept = crash_outcomes(d, 30, steps)
     a, b, c, e, x = {"a": b"a"}, {"b": b"b"}, {"c": b"b"}, {"e": b""}, {"x": b"x"}
     prefixes = [a | b, b, c, c | e, c | e | {"staging": x}, c | e | {"target": x}]
     assert kept == {repr(dict(sorted(t.items()))) for t in prefixes}
@@ -169,17 +180,14 @@ def test_faultfs_with_dir_ops_a_crash_keeps_a_prefix_of_the_unsynced_directory_c
 def test_faultfs_with_dir_ops_a_rename_between_directories_may_leave_both_names_or_neither(tmp_path: object) -> None:
     # As the module docstring says: each directory's changes are drawn on their own (stricter than ext4).
     d = str(tmp_path)
-    kept = set()
-    for seed in range(40):
-        shutil.rmtree(d)
-        os.makedirs(d)
-        fs = FaultFS(seed=seed, dir_ops=True)
+
+    def steps(fs: FaultFS) -> None:
         make_synced_dir(fs, f"{d}/from", {"f": b"f"})
         make_synced_dir(fs, f"{d}/to", {})
         fs.sync_dir(d)
         fs.rename(f"{d}/from/f", f"{d}/to/f")
-        fs.crash()
-        kept.add(repr(tree(d)))
+
+    kept = crash_outcomes(d, 40, steps)
     f = {"f": b"f"}
     outcomes = [({}, f), (f, {}), (f, f), ({}, {})]  # moved, not moved, both names, neither
     assert kept == {repr({"from": src, "to": dst}) for src, dst in outcomes}

@@ -334,7 +334,7 @@ def _keep_in_lost(fs: FileSystem, path: str, names: list[str], report: RepairRep
     if not names:
         return
     lost = f"{path}/{LOST_DIR}"
-    fs.makedirs(lost)
+    fs.makedirs_synced(lost)  # its own name durable too, before anything is kept in it
     for name in names:
         src = f"{path}/{name}"
         # A file an earlier repair kept may have the same name (every damaged manifest is MANIFEST): the newcomer
@@ -361,7 +361,6 @@ def _keep_in_lost(fs: FileSystem, path: str, names: list[str], report: RepairRep
                 fs.rename(staged, f"{lost}/{kept}")
         report.moved.append(kept)
     fs.sync_dir(lost)
-    fs.sync_dir(path)  # lost/'s own name, when this repair made it
 
 
 def _same_bytes(fs: FileSystem, a: str, b: str) -> bool:

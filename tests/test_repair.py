@@ -472,6 +472,7 @@ def test_a_power_cut_at_any_moment_of_a_repair_then_a_repair_keeps_each_damaged_
     is False, every hard link fails as across file systems, and the damaged files are copied into lost/;
     `dir_ops` lets some unsynced creations, renames and removals survive the cut."""
     from faultfs import FaultFS
+    from faultworkload import PowerCuts
 
     damaged = damaged_store(path, manifest)
     reference = path + ".reference"
@@ -482,18 +483,11 @@ def test_a_power_cut_at_any_moment_of_a_repair_then_a_repair_keeps_each_damaged_
     fs = FaultFS(dir_ops=dir_ops, seed=len(manifest))
     if not links:
         fs.arm("link", 1, errno.EXDEV, sticky=True)
-    copies: list[str] = []
-
-    def cut(kind: str, _: str) -> None:
-        if kind != "read":  # a read changes nothing a power cut would leave
-            copy = f"{path}.cut{len(copies)}"
-            fs.copy_durable(path, copy)  # lost/ with it, as far as a power cut would keep its name and files
-            copies.append(copy)
-
-    fs.on_call = cut
+    power = PowerCuts(fs, path, path + ".cuts", None)  # lost/ with each, as far as a cut would keep it
     repair_store(path, **small_options(fs=fs))
     fs.on_call = None
-    cut("end", path)
+    fs.copy_durable(path, path + ".end")
+    copies = [c.copy for c in power.cuts] + [path + ".end"]
     for copy in copies:
         with contextlib.suppress(minilsm.CorruptionError):
             minilsm.DB(copy, **small_options()).close()  # before the new manifest, the store does not open

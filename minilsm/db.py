@@ -1877,8 +1877,9 @@ class DBIterator(Generic[_Item]):
     over the iterator costs one generator step per key; `next()` costs one method call more.  A seek, and a
     step in the other direction than the last, starts a new merge at the iterator's place: O(sources), and a
     block read per source at its first step, as LevelDB's iterator re-seeks its sources when it changes
-    direction.  A `for` loop stepping the iterator when that happens raises `ClosedError` at its next step,
-    rather than go on from the old place.  An exception in a step or a move (an interrupt, a failed read) leaves
+    direction.  A `for` loop over the iterator follows a move made in its body, as plyvel's loop does: its
+    next step yields the item after the new place (from that move on, two generator steps more per item:
+    `_follow`).  An exception in a step or a move (an interrupt, a failed read) leaves
     the iterator at its place, or at the move's: the next step goes on from there.  Once the store closes, the
     next step raises `ClosedError` (a loop already running too), and so does every use of the iterator after that.
     """
@@ -1936,11 +1937,13 @@ class DBIterator(Generic[_Item]):
         return last + b"\x00" if scan.forward else last  # k + b"\x00" is the key right after k
 
     def _move(self, gap: bytes | None, forward: bool) -> None:
-        """Stand just before `gap`, to step forward or backward from there; ends the merge under way."""
+        """Stand just before `gap`, to step forward or backward from there; ends the merge under way (a loop
+        stepping it goes on with the iterator, `_follow`)."""
         self._pin.check()  # first: once the store is closed, every move says so, as `next` does
         if self._closed:
             raise ClosedError("the iterator is closed")
-        self._scan.cancel(_MOVED)  # a loop stepping it raises, not goes on from the old place
+        scan = self._scan
+        scan.cancel(_MOVED, self._follow if scan.looped else None)
         self._open(gap, forward)
 
     def _turn(self, forward: bool) -> None:
@@ -1957,7 +1960,34 @@ class DBIterator(Generic[_Item]):
         lost = scan.message is not None or (getattr(self._gen, "gi_frame", None) is None and not scan.ended)
         if self._forward is not forward or lost:  # (a generator that is over has no frame)
             self._turn(forward)
+        self._scan.looped = True  # a move then hands the loop on to `_follow`
         return self._it
+
+    def _follow(self) -> Iterator[tuple[bytes, bytes]]:
+        """The pairs a loop over this iterator goes on with once a move in its body (a seek, `prev`) superseded
+        the merge it was stepping: on from the iterator's place, through the merge of each later move, as a
+        plyvel loop steps its iterator.  Two generator steps more per pair (this one and the superseded merge's
+        `yield from`), for the loops that moved."""
+        forward = not self._reverse
+        while True:
+            self._pin.check()
+            if self._closed:
+                return  # closed in the loop's body: the loop stops, as `close` says
+            if self._forward is not forward or self._scan.message is not None:  # `prev`, or a move cut short
+                self._turn(forward)
+            gen, scan = self._gen, self._scan
+            try:
+                # Not `yield from`, which would close the iterator's own merge when the loop breaks off.
+                for pair in gen:  # noqa: UP028
+                    yield pair
+            except ClosedError as e:
+                restate_closed(e, self._pin.message)
+                if e.args != (_MOVED,):
+                    raise
+                continue  # moved again
+            if self._closed or scan.ended:
+                return
+            self._turn(forward)  # the merge was lost to an exception in an earlier step: on from the place
 
     def __next__(self) -> _Item:
         return self._step(not self._reverse)
@@ -2147,10 +2177,8 @@ def _projection(include_key: bool, include_value: bool, cut: int) -> Callable[[t
     return lambda pair: pair[0][cut:]
 
 
-_MOVED: Final = (
-    "the iterator this loop was stepping has moved (a seek, or a step the other way): loop over it again to go "
-    "on from its new place"
-)
+_MOVED: Final = "the iterator moved (a seek, or a step the other way) while this merge was under way"
+"""Why a merge that a move superseded ends; a loop over the iterator follows the move instead (`_follow`)."""
 
 
 class _Pin:
@@ -2217,13 +2245,14 @@ class _Pin:
 class _Scan(ScanHandle):
     """The handle of one merge of a `_Pin`'s view, which it holds for as long as a loop may step the merge."""
 
-    __slots__ = ("forward", "origin", "view")
+    __slots__ = ("forward", "looped", "origin", "view")
 
     def __init__(self, sources: list[Iterator[Entry]], view: _Pin) -> None:
         super().__init__(sources)
         self.view = view
         self.origin: bytes | None = None  # the key the merge began just before (None: past every key)
         self.forward = True  # in key order
+        self.looped = False  # handed to a loop (`DBIterator.__iter__`)
 
 
 class Snapshot(_Scans):

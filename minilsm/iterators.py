@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from heapq import heapify, heapreplace
 from itertools import chain
 from operator import itemgetter
@@ -81,9 +81,15 @@ class ScanHandle:
     is outside the heap (the fill, a dry source being dropped) and the end of
     the scan check `message` instead, once per source or per scan.  Costs:
     `cancel` O(sources); nothing per key.
+
+    A scan that its owner replaced with another (an iterator that moved) may
+    be cancelled with a `follow` function: a loop still stepping the scan then
+    goes on with what ``follow()`` yields instead of raising, as a plyvel loop
+    follows a seek made in its body.  That too costs nothing per key: the scan
+    only asks once it is cancelled.
     """
 
-    __slots__ = ("__weakref__", "_heap", "ended", "last", "message", "sources")
+    __slots__ = ("__weakref__", "_heap", "ended", "follow", "last", "message", "sources")
 
     def __init__(self, sources: list[Iterator[Entry]]) -> None:
         self.sources = sources  # the scan's own list, which `cancel` empties
@@ -93,14 +99,19 @@ class ScanHandle:
         """The key the scan yielded last (None before the first): where an iterator stepping it stands."""
         self.ended = False
         """The scan ran out (not ended by an exception, which leaves its generator over too)."""
+        self.follow: Callable[[], Iterator[tuple[bytes, bytes]]] | None = None
+        """Set by `cancel`: what the scan goes on with instead of raising."""
 
-    def cancel(self, message: str) -> None:
+    def cancel(self, message: str, follow: Callable[[], Iterator[tuple[bytes, bytes]]] | None = None) -> None:
         """Make the scan's next step raise `ClosedError(message)`, and let go of its sources now.
 
-        Safe while the scan runs in another thread: the step under way
-        finishes, and the next one raises.
+        With `follow` (for a scan its owner has replaced with another), the
+        next step yields from ``follow()`` instead.  Safe while the scan runs
+        in another thread: the step under way finishes, and the next one
+        raises (or follows).
         """
-        self.message = message  # first, so a scan that misses the swap below sees it at its next check
+        self.follow = follow  # before `message`: a scan that sees the message sees this too
+        self.message = message  # before the swap, so a scan that misses the swap below sees it at its next check
 
         def closed() -> NoReturn:
             raise ClosedError(message)
@@ -137,74 +148,84 @@ def merge_visible(
     A source is dropped from the heap once it runs dry.  An `OSError` from a
     source becomes `StoreIOError`.  A `handle` made from the
     same list (``ScanHandle(sources)``) can end the scan: once it is
-    cancelled, the scan's next step raises `ClosedError`.  The handle also
-    holds the key yielded last (`ScanHandle.last`), where an iterator that
-    seeks or turns around takes up from.
+    cancelled, the scan's next step raises `ClosedError` (or goes on with
+    the `follow` the cancel gave).  The handle also holds the key
+    yielded last (`ScanHandle.last`), where an iterator that seeks or turns
+    around takes up from.
     """
     if handle is None:
         handle = ScanHandle(sources)
     elif handle.sources is not sources:
         raise ValueError("the handle was made for other sources")
     limit = (seq << 8) | 0xFF  # trailers above this belong to writes after the snapshot
-    # Heap items are [user key, entry, source number, next], compared in C.  The key comes first
-    # because two entries compare as tuples, which tests their keys for equality and then again
-    # for order: with the key alone in front, the usual comparison is one of bytes (7% faster
-    # scans of five sources, none lost with three).  Equal keys fall to the entries, equal
-    # entries (a version seen both in a memtable and in the table a flush just wrote it to) to
-    # the source number, so `next` is never compared.
-    heap = handle._heap
     try:
-        _fill(heap, sources)  # a cancel before it emptied `sources`
-    except ClosedError as e:
-        # A table the store's close closed under a step under way names itself: say why the scan ended.
-        restate_closed(e, handle.message)
-        raise
-    except OSError as e:
-        handle.check()  # (the same, for a file closed under a read)
-        raise StoreIOError(f"a scan failed reading a table: {e}") from e
-    check = handle.check
-    check()  # cancelled before or during the fill: the handle may have missed items not yet in the heap
-    if reverse:
-        heapify_max(heap)
-        replace = heapreplace_max
-    else:
-        heapify(heap)
-        replace = heapreplace
-    cur: bytes | None = None
-    best = -1  # the largest trailer <= limit seen for `cur`; -1 for none
-    best_value = b""
-    while heap:
-        top = heap[0]
-        key, trailer, value = top[1]
-        if key != cur:
-            if best >= 0 and best & 0xFF == KIND_VALUE:
-                handle.last = cur
-                yield cur, best_value  # type: ignore[misc]  # cur is bytes whenever best >= 0
-            cur, best = key, -1
-        if best < trailer <= limit:
-            best, best_value = trailer, value
+        # Heap items are [user key, entry, source number, next], compared in C.  The key comes first
+        # because two entries compare as tuples, which tests their keys for equality and then again
+        # for order: with the key alone in front, the usual comparison is one of bytes (7% faster
+        # scans of five sources, none lost with three).  Equal keys fall to the entries, equal
+        # entries (a version seen both in a memtable and in the table a flush just wrote it to) to
+        # the source number, so `next` is never compared.
+        heap = handle._heap
         try:
-            top[1] = entry = top[3]()
-            top[0] = entry[0]  # after the call: a source that ends or fails leaves the item whole
+            _fill(heap, sources)  # a cancel before it emptied `sources`
         except ClosedError as e:
-            restate_closed(e, handle.message)  # as at the fill
+            # A table the store's close closed under a step under way names itself: say why the scan ended.
+            restate_closed(e, handle.message)
             raise
         except OSError as e:
-            check()  # (the same, for a file closed under a read)
+            handle.check()  # (the same, for a file closed under a read)
             raise StoreIOError(f"a scan failed reading a table: {e}") from e
-        except StopIteration:
-            # Drop the dry source: the heap's last item takes the top's place and sifts.
-            last = heap.pop()
-            if heap:
-                replace(heap, last)
-            check()  # cancelled while `last` was out of the heap
-            continue
-        replace(heap, top)
-    if best >= 0 and best & 0xFF == KIND_VALUE:
-        handle.last = cur
-        yield cur, best_value  # type: ignore[misc]
-    check()  # cancelled after the last step
-    handle.ended = True
+        check = handle.check
+        check()  # cancelled before or during the fill: the handle may have missed items not yet in the heap
+        if reverse:
+            heapify_max(heap)
+            replace = heapreplace_max
+        else:
+            heapify(heap)
+            replace = heapreplace
+        cur: bytes | None = None
+        best = -1  # the largest trailer <= limit seen for `cur`; -1 for none
+        best_value = b""
+        while heap:
+            top = heap[0]
+            key, trailer, value = top[1]
+            if key != cur:
+                if best >= 0 and best & 0xFF == KIND_VALUE:
+                    handle.last = cur
+                    yield cur, best_value  # type: ignore[misc]  # cur is bytes whenever best >= 0
+                cur, best = key, -1
+            if best < trailer <= limit:
+                best, best_value = trailer, value
+            try:
+                top[1] = entry = top[3]()
+                top[0] = entry[0]  # after the call: a source that ends or fails leaves the item whole
+            except ClosedError as e:
+                restate_closed(e, handle.message)  # as at the fill
+                raise
+            except OSError as e:
+                check()  # (the same, for a file closed under a read)
+                raise StoreIOError(f"a scan failed reading a table: {e}") from e
+            except StopIteration:
+                # Drop the dry source: the heap's last item takes the top's place and sifts.
+                last = heap.pop()
+                if heap:
+                    replace(heap, last)
+                check()  # cancelled while `last` was out of the heap
+                continue
+            replace(heap, top)
+        if best >= 0 and best & 0xFF == KIND_VALUE:
+            handle.last = cur
+            yield cur, best_value  # type: ignore[misc]
+        check()  # cancelled after the last step
+        handle.ended = True
+        return
+    except ClosedError:
+        follow = handle.follow
+        if follow is None:
+            raise
+    # Superseded (the iterator moved) while a loop steps this scan: the loop goes on where its owner says, from
+    # outside the `except`, so that this error does not stay the context of every later one.
+    yield from follow()
 
 
 def restate_closed(e: ClosedError, message: str | None) -> None:

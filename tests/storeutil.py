@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import tempfile
 from bisect import bisect_left
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 import minilsm
 from minilsm.db import DB
@@ -113,6 +117,30 @@ class PreadLog(FileSystem):
 
 
 __all__ = ["LoggedFile", "PreadLog", "check_invariants", "crash", "fast_tmp_dir", "minilsm", "small_options"]
+
+
+def move_alike(it: Any, model: Any, move: bytes | str, shaped: Callable[[Any], object] = lambda pair: pair) -> None:
+    """Make one `move` on a `DBIterator` and on its model (a `Cursor`, or an oracle with its methods), and check
+    that a step answers alike: a key seeks there, ``"start"`` and ``"stop"`` seek to the range's ends, ``"next"``
+    and ``"prev"`` step (StopIteration where the model has nothing).  `shaped` turns the model's pair into what
+    the iterator yields (a key or a value alone)."""
+    if isinstance(move, bytes):
+        it.seek(move)
+        model.seek(move)
+    elif move == "start":
+        it.seek_to_start()
+        model.seek(model.start)
+    elif move == "stop":
+        it.seek_to_stop()
+        model.seek(model.stop)
+    else:
+        want = model.next() if move == "next" else model.prev()
+        step = it.__next__ if move == "next" else it.prev
+        if want is None:
+            with pytest.raises(StopIteration):
+                step()
+        else:
+            assert step() == shaped(want)
 
 
 class Cursor:

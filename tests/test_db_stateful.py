@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from functools import partial
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
-from storeutil import Cursor, check_invariants, crash, small_options
+from storeutil import Cursor, check_invariants, crash, move_alike, small_options
 
 import minilsm
 
@@ -184,24 +185,29 @@ class StoreMachine(RuleBasedStateMachine):
                     it.prev() if back else next(it)
             assert got == expect
 
-    @rule(i=cursors, n=st.integers(0, 5))
-    def cursor_loop(self, i: int, n: int) -> None:
-        """A `for` loop over the iterator goes on from its place, and moves it."""
+    @rule(
+        i=cursors,
+        n=st.integers(0, 5),
+        moves=st.lists(st.tuples(st.integers(0, 4), keys | st.sampled_from(["prev", "start", "stop"])), max_size=3),
+    )
+    def cursor_loop(self, i: int, n: int, moves: list[tuple[int, bytes | str]]) -> None:
+        """A `for` loop over the iterator goes on from its place, and moves it; as plyvel's loop, it follows
+        the seeks and `prev` steps made in its body (`moves`: after which item, and where to)."""
         if i not in self.cursors:
             return
         it, model, shape = self.cursors[i]
         got: list[object] = []
+        expect: list[object] = []
         if n:
             for item in it:
                 got.append(item)
+                expect.append(self._shaped(model.next(), shape))
+                for _, to in (m for m in moves if m[0] == len(got) - 1):
+                    move_alike(it, model, to, partial(self._shaped, shape=shape))
                 if len(got) == n:
                     break
-        expect = []
-        for _ in range(n):
-            pair = model.next()
-            if pair is None:
-                break
-            expect.append(self._shaped(pair, shape))
+            else:
+                assert model.next() is None  # the loop ran out where the model does
         assert got == expect
 
     @rule(i=cursors, to=keys | st.sampled_from(["start", "stop"]))
@@ -209,16 +215,7 @@ class StoreMachine(RuleBasedStateMachine):
         if i not in self.cursors:
             return
         it, model, _ = self.cursors[i]
-        if to == "start":
-            it.seek_to_start()
-            model.seek(model.start)
-        elif to == "stop":
-            it.seek_to_stop()
-            model.seek(model.stop)
-        else:
-            assert isinstance(to, bytes)
-            it.seek(to)
-            model.seek(to)
+        move_alike(it, model, to)
 
     @rule(i=consumes(cursors))
     def cursor_close(self, i: int) -> None:

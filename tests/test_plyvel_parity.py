@@ -30,7 +30,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, rule
-from storeutil import Cursor, small_options
+from storeutil import Cursor, move_alike, small_options
 
 import minilsm
 
@@ -249,23 +249,27 @@ class PlyvelParity(RuleBasedStateMachine):
             return
         it, oracle = self.cursors[i]
         for move in moves:
-            if isinstance(move, bytes):
-                it.seek(move)
-                oracle.seek(move)
-            elif move == "start":
-                it.seek_to_start()
-                oracle.seek(oracle.start)
-            elif move == "stop":
-                it.seek_to_stop()
-                oracle.seek(oracle.stop)
-            else:
-                want = oracle.next() if move == "next" else oracle.prev()
-                step = it.__next__ if move == "next" else it.prev
-                if want is None:
-                    with pytest.raises(StopIteration):
-                        step()
-                else:
-                    assert step() == want
+            move_alike(it, oracle, move)
+
+    @rule(
+        i=cursors,
+        n=st.integers(1, 6),
+        moves=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["prev", "start", "stop"]) | keys), max_size=3),
+    )
+    def loop_cursor(self, i: int, n: int, moves: list[tuple[int, str | bytes]]) -> None:
+        """A `for` loop over the iterator, moved in its body (`moves`: after which item, and where to): it steps
+        the iterator, as plyvel's loop steps plyvel's, so it follows each seek and `prev`."""
+        if i not in self.cursors:
+            return
+        it, oracle = self.cursors[i]
+        for got, item in enumerate(it, start=1):
+            assert item == oracle.next()
+            for _, move in (m for m in moves if m[0] == got - 1):
+                move_alike(it, oracle, move)
+            if got == n:
+                break
+        else:
+            assert oracle.next() is None  # the loop ran out where plyvel's iterator does
 
     @rule(i=consumes(cursors))
     def close_cursor(self, i: int) -> None:

@@ -11,7 +11,15 @@ from functools import partial
 import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 from storeutil import Cursor, check_invariants, crash, move_alike, small_options
 
 import minilsm
@@ -40,11 +48,11 @@ class StoreMachine(RuleBasedStateMachine):
         self.next_cursor = 0
         self.db = self._open()
 
+    def _options(self) -> dict[str, object]:
+        return small_options(compaction_style=self.style, background=self.background, mmap_reads=self.mmap_reads)
+
     def _open(self) -> minilsm.DB:
-        return minilsm.DB(
-            self.dir,
-            **small_options(compaction_style=self.style, background=self.background, mmap_reads=self.mmap_reads),
-        )
+        return minilsm.DB(self.dir, **self._options())
 
     def teardown(self) -> None:
         try:
@@ -263,9 +271,9 @@ class StoreMachine(RuleBasedStateMachine):
             self._reopen_at(target)
             assert list(self.db.iterator()) == sorted(self.model.items())
         else:
-            with minilsm.DB(target, create_if_missing=False, **small_options(compaction_style=self.style)) as copy:
+            with minilsm.DB(target, **{**self._options(), "create_if_missing": False}) as copy:
                 assert list(copy.iterator()) == sorted(self.model.items())
-                check_invariants(copy)
+                check_invariants(copy, sweep_first=self.background)
 
     @rule()
     def crash_and_reopen(self) -> None:
@@ -321,6 +329,60 @@ class MappedStoreMachine(StoreMachine):
     mmap_reads = True
 
 
+def option_space() -> st.SearchStrategy[dict[str, object]]:
+    """Options from the whole range the constructor accepts, its corners most of all: a memtable of 1 byte
+    (a table per write), tables of 1 byte, 64-byte blocks, two levels, level 0 stopping writes at its first
+    table, filters of 0.001 to 100 bits per key, a file cache of one file, no block cache, both styles."""
+    return st.integers(1, 4).flatmap(
+        lambda trigger: st.fixed_dictionaries(
+            {
+                "bits_per_key": st.sampled_from([0, 0.001, 0.5, 1, 10, 37.5, 100]),
+                "block_size": st.sampled_from([64, 65, 100, 256, 4096]),
+                "block_cache_size": st.sampled_from([0, 1, 64, 4096, 1 << 20]),
+                "max_open_files": st.sampled_from([1, 2, 500]),
+                "memtable_size": st.sampled_from([1, 2, 50, 300, 2048, 1 << 20]),
+                "level0_compaction_trigger": st.just(trigger),
+                "level0_stop_writes_trigger": st.sampled_from([trigger, trigger + 1, trigger + 5]),
+                "level1_max_bytes": st.sampled_from([1, 100, 8192]),
+                "level_size_multiplier": st.sampled_from([2, 3, 10]),
+                "target_file_size": st.sampled_from([1, 2, 100, 2048]),
+                "max_levels": st.sampled_from([2, 3, 4, 7, 20]),
+                "seek_compaction": st.booleans(),
+                "tombstone_compaction": st.booleans(),
+                "compaction_style": st.sampled_from(["leveled", "tiered"]),
+                "tiered_min_threshold": st.sampled_from([2, 3, 4]),
+                "tiered_bucket_low": st.sampled_from([1e-9, 0.5, 1.0]),
+                "tiered_bucket_high": st.sampled_from([1.0, 1.5, 1e9]),
+                "background": st.booleans(),
+                "compaction_worker": st.booleans(),
+                "mmap_reads": st.booleans(),
+                "paranoid_checks": st.booleans(),
+            }
+        )
+    )
+
+
+class OptionSpaceMachine(StoreMachine):
+    """The same steps on a store opened with options drawn from `option_space`: every value the constructor
+    accepts must give a store that answers as the dict does, through flushes, compactions, reopens and crashes."""
+
+    @initialize(options=option_space())
+    def choose_options(self, options: dict[str, object]) -> None:
+        self.db.close()
+        minilsm.destroy_store(self.dir)
+        self.chosen = options
+        self.background = bool(options["background"])
+        self.db = self._open()
+        assert self.db.options == minilsm.Options(**options)  # type: ignore[arg-type]
+
+    def _options(self) -> dict[str, object]:
+        return getattr(self, "chosen", None) or super()._options()
+
+
+class OptionSpaceLongMachine(OptionSpaceMachine):
+    pass
+
+
 TestLeveled = StoreMachine.TestCase
 TestLeveled.settings = settings(max_examples=100, stateful_step_count=60, deadline=None)
 TestTiered = TieredStoreMachine.TestCase
@@ -329,3 +391,7 @@ TestBackground = BackgroundStoreMachine.TestCase
 TestBackground.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)
 TestMapped = MappedStoreMachine.TestCase
 TestMapped.settings = settings(max_examples=40, stateful_step_count=60, deadline=None)
+TestOptionSpace = OptionSpaceMachine.TestCase
+TestOptionSpace.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+TestOptionSpaceLong = pytest.mark.slow(OptionSpaceLongMachine.TestCase)
+TestOptionSpaceLong.settings = settings(max_examples=400, stateful_step_count=100, deadline=None)

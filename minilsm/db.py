@@ -1954,27 +1954,28 @@ class DBIterator(Generic[_Item]):
 
     def __iter__(self) -> Iterator[_Item]:
         self._pin.check()
-        forward = not self._reverse
+        self._resume(not self._reverse)
+        self._scan.looped = True  # a move then hands the loop on to `_follow`
+        return self._it
+
+    def _resume(self, forward: bool) -> None:
+        """Start a new merge at the place if the last step went the other way than `forward` (`prev`), or the
+        merge was lost (see `_step`): a loop goes on from the place."""
         scan = self._scan
-        # A new merge if the last step was `prev`, or the merge was lost (see `_step`): a loop goes on from the place.
         lost = scan.message is not None or (getattr(self._gen, "gi_frame", None) is None and not scan.ended)
         if self._forward is not forward or lost:  # (a generator that is over has no frame)
             self._turn(forward)
-        self._scan.looped = True  # a move then hands the loop on to `_follow`
-        return self._it
 
     def _follow(self) -> Iterator[tuple[bytes, bytes]]:
         """The pairs a loop over this iterator goes on with once a move in its body (a seek, `prev`) superseded
         the merge it was stepping: on from the iterator's place, through the merge of each later move, as a
         plyvel loop steps its iterator.  Two generator steps more per pair (this one and the superseded merge's
         `yield from`), for the loops that moved."""
-        forward = not self._reverse
         while True:
             self._pin.check()
             if self._closed:
                 return  # closed in the loop's body: the loop stops, as `close` says
-            if self._forward is not forward or self._scan.message is not None:  # `prev`, or a move cut short
-                self._turn(forward)
+            self._resume(not self._reverse)  # after `prev`, a move cut short, or a merge an exception ended
             gen, scan = self._gen, self._scan
             try:
                 # Not `yield from`, which would close the iterator's own merge when the loop breaks off.
@@ -1987,7 +1988,6 @@ class DBIterator(Generic[_Item]):
                 continue  # moved again
             if self._closed or scan.ended:
                 return
-            self._turn(forward)  # the merge was lost to an exception in an earlier step: on from the place
 
     def __next__(self) -> _Item:
         return self._step(not self._reverse)

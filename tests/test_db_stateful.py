@@ -380,7 +380,7 @@ class OptionSpaceMachine(StoreMachine):
 
 
 class OptionSpaceLongMachine(OptionSpaceMachine):
-    pass
+    """The same, as a test of its own for `--slow`, with more examples."""
 
 
 TestLeveled = StoreMachine.TestCase

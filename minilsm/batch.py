@@ -256,7 +256,9 @@ class WriteBatch:
     written again or cleared and reused.  A batch bound to a store (the store
     sets `_writer`, as ``db.write_batch()`` does) also works as a context
     manager that writes on a clean exit and discards everything if the block
-    raises, like plyvel's ``write_batch(transaction=True)``::
+    raises, like plyvel's ``write_batch(transaction=True)`` (with
+    ``transaction=False``, plyvel's default, the block's end writes the batch
+    even when the block raised, and the exception goes on)::
 
         with db.write_batch() as batch:
             batch.put(b"k1", b"v1")
@@ -272,7 +274,7 @@ class WriteBatch:
     O(1) otherwise; `len`, `approximate_size` O(1).
     """
 
-    __slots__ = ("_claims", "_closed", "_ops", "_owner", "_size", "_spent", "_sync", "_writer")
+    __slots__ = ("_claims", "_closed", "_ops", "_owner", "_size", "_spent", "_sync", "_transaction", "_writer")
 
     def __init__(
         self,
@@ -280,12 +282,14 @@ class WriteBatch:
         _writer: Callable[[WriteBatch], None] | None = None,
         _sync: bool | None = None,
         _owner: object = None,
+        _transaction: bool = True,
     ) -> None:
         self._ops: list[Op] = []
         self._size = BATCH_HEADER_SIZE
         self._writer = _writer
         self._sync = _sync  # a bound batch's `sync=` from ``db.write_batch``: how it is written unless told otherwise
         self._owner = _owner  # the store a bound batch belongs to
+        self._transaction = _transaction  # False: the block's end writes the batch even when the block raised
         self._closed = False
         self._spent = _WRITTEN  # why a closed batch is closed, set before `_closed`: its ClosedError says so
         self._claims = itertools.count()  # a bound batch's writes, counted atomically (see `_apply`)
@@ -409,7 +413,7 @@ class WriteBatch:
     ) -> None:
         if self._closed:
             return  # written inside the block (its `write`, or ``db.write``): nothing is left to write or discard
-        if exc_type is None:
+        if exc_type is None or not self._transaction:
             self.write()
         else:
             self._ops.clear()

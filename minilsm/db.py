@@ -134,7 +134,14 @@ class RecoveryReport:
     """A torn last edit dropped from the manifest (a crash in the middle of its append)."""
 
 
-class _ScanOptions(TypedDict, total=False):
+class _ReadOptions(TypedDict, total=False):
+    """plyvel's read options, which `get` and `iterator` take as keywords (for their overloads)."""
+
+    verify_checksums: bool
+    fill_cache: bool
+
+
+class _ScanOptions(_ReadOptions, total=False):
     """`iterator`'s keywords other than the two that decide what it yields (for its overloads)."""
 
     prefix: BytesLike | None
@@ -177,6 +184,8 @@ class _Scans:
         include_value: bool = True,
         include_start: bool = True,
         include_stop: bool = False,
+        verify_checksums: bool = False,
+        fill_cache: bool = True,
     ) -> DBIterator[Any]:
         """Iterate over keys in [start, stop) (or those beginning with `prefix`) in order.
 
@@ -187,17 +196,23 @@ class _Scans:
         pairs, or keys or values alone, as plyvel does.  Once the store closes, the
         iterator's next step raises `ClosedError`.  O(log sources) per version
         visited.
+
+        plyvel's read options are taken and change nothing: every block read from a
+        file is checked against its checksum, and a scan uses the blocks in the
+        block cache but never adds the ones it reads (LevelDB's ``fill_cache=False``,
+        which its documentation advises for bulk scans), whatever `fill_cache` says.
         """
+        _check_read_options(verify_checksums, fill_cache)
         return self._new_iterator(start, stop, prefix, reverse, include_key, include_value, include_start, include_stop)
 
     # The iterator `iterator` returns, given its arguments in the order `iterator` passes them.
     _new_iterator: Callable[..., DBIterator[Any]]
 
-    def raw_iterator(self) -> RawIterator:
+    def raw_iterator(self, *, verify_checksums: bool = False, fill_cache: bool = True) -> RawIterator:
         """plyvel's raw iterator over every key: it stands on an item (`valid`, `key`, `value`, `item`) and moves
         with `next`, `prev`, `seek`, `seek_to_first` and `seek_to_last`; not valid until placed.  See
-        `RawIterator`."""
-        return RawIterator(self.iterator())
+        `RawIterator`; the read options as `iterator`'s."""
+        return RawIterator(self.iterator(verify_checksums=verify_checksums, fill_cache=fill_cache))
 
     def __iter__(self) -> Iterator[bytes]:
         """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
@@ -659,16 +674,25 @@ class DB(_Writes, _Scans):
             key = check_key(key)
         self._write(((KIND_DELETE, key, b""),), sync)
 
-    def write_batch(self, *, sync: bool | None = None) -> WriteBatch:
+    def write_batch(self, *, transaction: bool = True, sync: bool | None = None) -> WriteBatch:
         """A batch applied atomically when its `with` block ends without an exception.
+
+        With ``transaction=False`` (plyvel's default) the block's end writes the
+        batch even when the block raised, and the exception goes on.
 
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
         """
+        _check_flag("transaction", transaction)
         _check_flag("sync", sync)
         if self._closed:  # at once, as `iterator` and `snapshot` do, not after the block has filled the batch
             raise self._closed_error()
-        return WriteBatch(_writer=lambda batch: self._write_batch(batch, batch._sync), _sync=sync, _owner=self)
+        return WriteBatch(
+            _writer=lambda batch: self._write_batch(batch, batch._sync),
+            _sync=sync,
+            _owner=self,
+            _transaction=transaction is True,  # None is False, as for every flag of plyvel's
+        )
 
     def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
         """Apply every operation of `batch` atomically: after a crash too, all or none.
@@ -835,11 +859,19 @@ class DB(_Writes, _Scans):
     # -- reading ----------------------------------------------------------------------
 
     @overload
-    def get(self, key: BytesLike) -> bytes | None: ...
+    def get(self, key: BytesLike, **kw: Unpack[_ReadOptions]) -> bytes | None: ...
     @overload
-    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
-    def get(self, key: BytesLike, default: Any = None) -> Any:
+    def get(self, key: BytesLike, default: _T, **kw: Unpack[_ReadOptions]) -> bytes | _T: ...
+    # plyvel's read options are keyword-only in the overloads only: in CPython 3.11 a keyword-only parameter left
+    # to its default costs every call about 55 ns, 2% of a missing-key read, where a positional one costs nothing.
+    def get(self, key: BytesLike, default: Any = None, verify_checksums: bool = False, fill_cache: bool = True) -> Any:
         """The value of `key`, or `default` when it is absent or deleted.
+
+        plyvel's read options: ``fill_cache=False`` leaves the block cache as it
+        was (a block read from the file is not offered to it; a cached block is
+        still used), for a read that should not push hotter blocks out.  Every
+        block read from a file is checked against its checksum, so
+        `verify_checksums` asks for nothing more.
 
         Cost: two dict lookups for the memtables; then, per table that may hold the
         key, a range check and a filter probe in memory, and one block read when
@@ -849,10 +881,14 @@ class DB(_Writes, _Scans):
             key = check_key(key)
         if self._closed:
             raise self._closed_error()
+        if fill_cache is not True or verify_checksums is not False:  # one test on the usual call
+            return self._get(key, None, default, None, _check_read_options(verify_checksums, fill_cache))
         return self._get(key, None, default, None)
 
-    def _get(self, key: bytes, seq: int | None, default: Any, trace: Trace | None) -> Any:
-        """The read at sequence number `seq` (a snapshot's, or one the caller holds still), or the latest if None."""
+    def _get(self, key: bytes, seq: int | None, default: Any, trace: Trace | None, fill_cache: bool = True) -> Any:
+        """The read at sequence number `seq` (a snapshot's, or one the caller holds still), or the latest if None.
+
+        `fill_cache` False: a block read from a table's file is not offered to the block cache."""
         stats = self._stats
         stats.gets += 1
         found: tuple[int, bytes] | None
@@ -878,7 +914,7 @@ class DB(_Writes, _Scans):
             )
         if found is None:
             try:
-                found = version.get(key, key_hash(key), at, trace)
+                found = version.get(key, key_hash(key), at, trace, fill_cache)
             except OSError as e:
                 raise StoreIOError(f"{self.path}: a read failed: {e}") from e
             if found is not None and found[0] == KIND_VALUE:
@@ -1781,6 +1817,16 @@ def _check_flag(name: str, value: object) -> None:
         raise TypeError(f"{name} must be bool, not {type(value).__name__}")
 
 
+def _check_read_options(verify_checksums: object, fill_cache: object) -> bool:
+    """Check plyvel's two read options (bool, or None for False); returns whether the read may fill the block cache.
+
+    `verify_checksums` is only checked: every block read from a file is verified, asked or not.
+    """
+    _check_flag("verify_checksums", verify_checksums)
+    _check_flag("fill_cache", fill_cache)
+    return fill_cache is True
+
+
 def _outcome(kind: int) -> str:
     return "found" if kind == KIND_VALUE else "tombstone"
 
@@ -2284,13 +2330,15 @@ class Snapshot(_Scans):
             raise ClosedError("the snapshot was closed during the read")
 
     @overload
-    def get(self, key: BytesLike) -> bytes | None: ...
+    def get(self, key: BytesLike, **kw: Unpack[_ReadOptions]) -> bytes | None: ...
     @overload
-    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
-    def get(self, key: BytesLike, default: Any = None) -> Any:
-        """The value of `key` as of the snapshot, or `default` when it was absent or deleted then."""
+    def get(self, key: BytesLike, default: _T, **kw: Unpack[_ReadOptions]) -> bytes | _T: ...
+    def get(self, key: BytesLike, default: Any = None, verify_checksums: bool = False, fill_cache: bool = True) -> Any:
+        """The value of `key` as of the snapshot, or `default` when it was absent or deleted then (the read
+        options as `DB.get`'s)."""
         self._check()
-        value = self._db._get(check_key(key), self.sequence, default, None)
+        fill = _check_read_options(verify_checksums, fill_cache)
+        value = self._db._get(check_key(key), self.sequence, default, None, fill)
         if self._closed:  # released by another thread during the read (one attribute test when not)
             self._check_still_held()
         return value
@@ -2360,11 +2408,13 @@ class PrefixedDB(_Writes, _Scans):
         self.prefix = check_key(prefix)
 
     @overload
-    def get(self, key: BytesLike) -> bytes | None: ...
+    def get(self, key: BytesLike, **kw: Unpack[_ReadOptions]) -> bytes | None: ...
     @overload
-    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
-    def get(self, key: BytesLike, default: Any = None) -> Any:
-        return self.db.get(_prefixed(self.prefix, key), default)
+    def get(self, key: BytesLike, default: _T, **kw: Unpack[_ReadOptions]) -> bytes | _T: ...
+    def get(self, key: BytesLike, default: Any = None, verify_checksums: bool = False, fill_cache: bool = True) -> Any:
+        return self.db.get(
+            _prefixed(self.prefix, key), default, verify_checksums=verify_checksums, fill_cache=fill_cache
+        )
 
     def put(self, key: BytesLike, value: BytesLike, *, sync: bool | None = None) -> None:
         self.db.put(_prefixed(self.prefix, key), value, sync=sync)
@@ -2372,9 +2422,9 @@ class PrefixedDB(_Writes, _Scans):
     def delete(self, key: BytesLike, *, sync: bool | None = None) -> None:
         self.db.delete(_prefixed(self.prefix, key), sync=sync)
 
-    def write_batch(self, *, sync: bool | None = None) -> PrefixedWriteBatch:
+    def write_batch(self, *, transaction: bool = True, sync: bool | None = None) -> PrefixedWriteBatch:
         """A `write_batch` of the store whose keys take the prefix."""
-        return PrefixedWriteBatch(self.db.write_batch(sync=sync), self.prefix)
+        return PrefixedWriteBatch(self.db.write_batch(transaction=transaction, sync=sync), self.prefix)
 
     def snapshot(self) -> PrefixedSnapshot:
         """A snapshot of the store, seen through the prefix; close it (or use ``with``) as the store's."""
@@ -2441,11 +2491,13 @@ class PrefixedSnapshot(_Scans):
         self.prefix = prefix
 
     @overload
-    def get(self, key: BytesLike) -> bytes | None: ...
+    def get(self, key: BytesLike, **kw: Unpack[_ReadOptions]) -> bytes | None: ...
     @overload
-    def get(self, key: BytesLike, default: _T) -> bytes | _T: ...
-    def get(self, key: BytesLike, default: Any = None) -> Any:
-        return self.snapshot.get(_prefixed(self.prefix, key), default)
+    def get(self, key: BytesLike, default: _T, **kw: Unpack[_ReadOptions]) -> bytes | _T: ...
+    def get(self, key: BytesLike, default: Any = None, verify_checksums: bool = False, fill_cache: bool = True) -> Any:
+        return self.snapshot.get(
+            _prefixed(self.prefix, key), default, verify_checksums=verify_checksums, fill_cache=fill_cache
+        )
 
     def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
         return self.snapshot._new_iterator(*scan, key_prefix=self.prefix)

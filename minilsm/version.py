@@ -95,22 +95,25 @@ class Version:
 
     # -- the read path ------------------------------------------------------------
 
-    def get(self, key: bytes, h: KeyHash, seq: int, trace: Trace | None = None) -> tuple[int, bytes] | None:
+    def get(
+        self, key: bytes, h: KeyHash, seq: int, trace: Trace | None = None, fill_cache: bool = True
+    ) -> tuple[int, bytes] | None:
         """The newest version of `key` with sequence <= `seq` in any table: (kind, value), or None.
 
         Probes level-0 tables newest first, then at most one table per deeper level.
-        Each table checks its key range, then its filter, and only then reads a block.
+        Each table checks its key range, then its filter, and only then reads a block
+        (offered to the block cache if `fill_cache`).
         At most one filter probe per level-0 table and one per deeper level, whose
         table is found by bisection: O(L0 tables + sum over levels of log(tables in level)).
         """
         for table in self.levels[0]:
-            found = table.get(key, h, seq, trace)
+            found = table.get(key, h, seq, trace, fill_cache)
             if found is not None:
                 return found
         for largest, tables in self._sorted_levels:
             i = bisect_left(largest, key)
             if i < len(tables):
-                found = tables[i].get(key, h, seq, trace)
+                found = tables[i].get(key, h, seq, trace, fill_cache)
                 if found is not None:
                     return found
         return None

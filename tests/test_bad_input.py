@@ -205,6 +205,19 @@ def test_a_flag_that_is_not_bool_is_a_type_error(db: minilsm.DB, bad: Any) -> No
             for name in ("reverse", "include_key", "include_value", "include_start", "include_stop")
         ),
         lambda: db.snapshot().iterator(reverse=bad),
+        lambda: db.write_batch(transaction=bad),
+        lambda: db.prefixed_db(b"p").write_batch(transaction=bad),
+        *(
+            call
+            for name in ("verify_checksums", "fill_cache")
+            for call in (
+                lambda name=name: db.get(b"key000", **{name: bad}),
+                lambda name=name: db.snapshot().get(b"key000", **{name: bad}),
+                lambda name=name: db.prefixed_db(b"key").get(b"000", **{name: bad}),
+                lambda name=name: db.iterator(**{name: bad}),
+                lambda name=name: db.raw_iterator(**{name: bad}),
+            )
+        ),
     ]
     for i, call in enumerate(calls):
         with pytest.raises(TypeError, match="must be bool"):
@@ -215,6 +228,7 @@ def test_a_flag_that_is_not_bool_is_a_type_error(db: minilsm.DB, bad: Any) -> No
     wb.write()
     db.delete(b"late", sync=None)  # None is each flag's default
     assert list(db.iterator(reverse=None)) == sorted(DATA.items())
+    assert db.get(b"key000", verify_checksums=None, fill_cache=None) == DATA[b"key000"]  # plyvel's False
 
 
 def test_an_empty_path_is_refused_and_leaves_the_working_directory_alone(

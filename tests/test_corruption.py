@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from storeutil import fast_tmp_dir, small_options
+from storeutil import fast_tmp_dir, flip_byte, small_options
 
 import minilsm
 from minilsm.bloom import key_hash
@@ -444,3 +444,25 @@ def test_the_cli_check_reports_damage_with_exit_status_1(store: Store, work: str
         damage(os.path.join(work, name), os.path.getsize(os.path.join(work, name)) // 2, truncate=False)
         assert cli(["check", work]) == 1
         assert name in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("options", [{}, {"verify_checksums": False}, {"verify_checksums": False, "fill_cache": False}])
+def test_a_damaged_data_block_is_an_error_whatever_the_read_asks(work: str, options: dict[str, bool]) -> None:
+    """plyvel's ``verify_checksums=False`` (its default) turns off no check here: a data block that fails its
+    checksum is a CorruptionError naming its table, for a read, a scan and a raw iterator alike."""
+    with minilsm.DB(work, **small_options(block_cache_size=0)) as db:
+        for i in range(50):
+            db.put(b"k%03d" % i, b"v" * 20)
+        db.flush()
+        (table,) = [t.file_name for t in db.tables()]
+        flip_byte(os.path.join(work, table), 10)  # inside the first data block, which holds k000
+        reads: list[Callable[[], object]] = [
+            lambda: db.get(b"k000", **options),
+            lambda: db.snapshot().get(b"k000", **options),
+            lambda: list(db.iterator(**options)),
+            lambda: db.raw_iterator(**options).seek_to_first(),
+        ]
+        for read in reads:
+            with pytest.raises(CorruptionError) as raised:
+                read()
+            assert names(raised.value, table)

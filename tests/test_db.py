@@ -722,6 +722,21 @@ def test_write_batch_is_atomic_and_discarded_on_exception(db: minilsm.DB) -> Non
     assert db.get(b"d") == b"5"
 
 
+def test_write_batch_transaction_false_writes_the_batch_when_the_block_raises(db: minilsm.DB) -> None:
+    """plyvel's default: the block's end writes the batch whatever happened in it, and the exception goes on.
+    ``transaction=True`` is the store's own default, and None is False, as plyvel takes it."""
+    for transaction, view in ((False, db), (None, db), (False, db.prefixed_db(b"p/")), (True, db)):
+        with pytest.raises(RuntimeError, match="boom"), view.write_batch(transaction=transaction) as wb:
+            wb.put(b"k", b"%r" % transaction)
+            wb.delete(b"gone")
+            raise RuntimeError("boom")
+        assert getattr(wb, "batch", wb).closed  # spent either way (a prefixed batch wraps the store's)
+    assert db.get(b"k") == b"None" and db.get(b"p/k") == b"False" and db.get(b"gone") is None
+    with db.write_batch(transaction=False) as wb:
+        wb.put(b"clean", b"exit")
+    assert db.get(b"clean") == b"exit"
+
+
 def test_a_bound_batch_once_written_or_discarded_is_not_written_again_through_db_write(db: minilsm.DB) -> None:
     """A batch of ``with db.write_batch()`` is closed once written or discarded, and writing it again raises
     ClosedError.  ``db.write(batch)`` did not ask: it applied the spent batch a second time, so an old value

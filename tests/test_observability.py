@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -374,6 +375,29 @@ def test_explain_tells_a_block_read_from_a_block_cache_hit(db_path: str) -> None
     assert first.block_reads == second.block_reads == 1 and "read -> found" in str(second)
     assert third.block_reads == 0 and after.block_reads == before.block_reads
     assert after.block_cache_hits == before.block_cache_hits + 1 and "from the block cache -> found" in str(third)
+
+
+def test_a_read_with_fill_cache_false_uses_the_block_cache_but_adds_nothing_to_it(db_path: str) -> None:
+    """plyvel's ``fill_cache=False``: a block read from the file is not offered to the cache (not even to its
+    doorkeeper), and a block already cached is still used; a snapshot's and a prefixed view's reads alike."""
+    with DB(db_path, **small_options(block_cache_size=1 << 20)) as db:
+        load(db, range(300))
+        db.flush()
+        snap = db.snapshot()
+        views = [db.get, snap.get, lambda k, **kw: db.prefixed_db(k[:-1]).get(k[-1:], **kw)]
+
+        def read(get: Any, **kw: bool) -> tuple[int, int]:
+            before = db.stats()
+            assert get(key(150), **kw) == b"v" * 40
+            after = db.stats()
+            return after.block_reads - before.block_reads, after.block_cache_hits - before.block_cache_hits
+
+        for get in views:
+            assert [read(get, fill_cache=False) for _ in range(3)] == [(1, 0)] * 3
+        assert [read(db.get) for _ in range(3)] == [(1, 0), (1, 0), (0, 1)]  # admitted at its second read
+        for get in views:
+            assert read(get, fill_cache=False, verify_checksums=True) == (0, 1)
+        snap.close()
 
 
 def test_explain_without_filters_reads_a_block_per_table_in_range(db_path: str) -> None:

@@ -144,13 +144,19 @@ class PlyvelParity(RuleBasedStateMachine):
         self.db.delete(key)
         self.ldb.delete(key)
 
-    @rule(ops=st.lists(st.tuples(st.booleans(), keys, values), max_size=8), fail=st.booleans())
-    def batch(self, ops: list[tuple[bool, bytes, bytes]], fail: bool) -> None:
-        """Puts and deletes, a key's later op winning; a block that raises writes nothing in either store."""
+    @rule(
+        ops=st.lists(st.tuples(st.booleans(), keys, values), max_size=8),
+        fail=st.booleans(),
+        transaction=st.sampled_from([True, False, None, "default"]),
+    )
+    def batch(self, ops: list[tuple[bool, bytes, bytes]], fail: bool, transaction: bool | str | None) -> None:
+        """Puts and deletes, a key's later op winning.  A block that raises writes nothing in either store with
+        ``transaction=True`` (the store's default), and the whole batch in both with False (plyvel's)."""
+        kw = {} if transaction == "default" else {"transaction": transaction}
         with (
             pytest.raises(KeyError) if fail else contextlib.nullcontext(),
-            self.db.write_batch() as wb,
-            self.ldb.write_batch(transaction=True) as lwb,
+            self.db.write_batch(**kw) as wb,
+            self.ldb.write_batch(transaction=kw.get("transaction", True)) as lwb,
         ):
             for put, key, value in ops:
                 for b in (wb, lwb):
@@ -176,10 +182,14 @@ class PlyvelParity(RuleBasedStateMachine):
         assert list(self.db.iterator(prefix=base, reverse=True)) == want[::-1]
 
     # -- reads --
-    @rule(key=keys, default=st.sampled_from([None, b"default", 7]))
-    def get(self, key: bytes, default: object) -> None:
+    @rule(
+        key=keys,
+        default=st.sampled_from([None, b"default", 7]),
+        options=st.fixed_dictionaries({}, optional={"verify_checksums": st.booleans(), "fill_cache": st.booleans()}),
+    )
+    def get(self, key: bytes, default: object, options: dict[str, bool]) -> None:
         want = self.ldb.get(key)
-        assert self.db.get(key, default) == self.ldb.get(key, default)
+        assert self.db.get(key, default, **options) == self.ldb.get(key, default, **options)
         assert (key in self.db) == (want is not None)
         if want is not None:
             assert self.db.may_contain(key)

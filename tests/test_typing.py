@@ -50,6 +50,15 @@ def use(db: minilsm.DB, snap: minilsm.Snapshot, wb: minilsm.WriteBatch) -> None:
     assert_type(list(snap), list[bytes])
     flag: bool = bool(len(list(db)))
     db.iterator(include_value=flag)                     # not known until run time: still accepted
+    # plyvel's read options and batch flag, as keywords
+    assert_type(db.get(b"k", fill_cache=False), bytes | None)
+    assert_type(db.get(b"k", b"", verify_checksums=True), bytes)
+    assert_type(snap.get(b"k", fill_cache=flag), bytes | None)
+    assert_type(users.get(b"7", b"", fill_cache=False), bytes)
+    assert_type(db.iterator(fill_cache=False, verify_checksums=True), minilsm.DBIterator[tuple[bytes, bytes]])
+    assert_type(db.iterator(include_key=False, fill_cache=False), minilsm.DBIterator[bytes])
+    db.raw_iterator(fill_cache=False)
+    db.write_batch(transaction=False, sync=True)
 """
 
 BAD = """
@@ -58,6 +67,7 @@ import minilsm
 def use(db: minilsm.DB) -> None:
     v: bytes = db.get(b"k")                             # may be None
     pair: tuple[bytes, bytes] = next(db.iterator(include_key=False))   # values alone
+    db.get(b"k", None, True)                            # the read options are keywords, as plyvel's
 """
 
 
@@ -82,3 +92,4 @@ def test_public_api_types(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     errors = [line for line in r.stdout.splitlines() if "incompatible types in assignment" in line.lower()]
     assert [e.split(":")[1] for e in errors] == ["5", "6"], r.stdout  # both lines of BAD, and nothing else
+    assert [line.split(":")[1] for line in r.stdout.splitlines() if "no overload variant" in line.lower()] == ["7"]

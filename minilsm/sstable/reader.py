@@ -211,7 +211,7 @@ class TableReader:
     # -- point reads ------------------------------------------------------------
 
     def get(
-        self, key: bytes, h: KeyHash, seq: int, trace: list[dict[str, object]] | None = None
+        self, key: bytes, h: KeyHash, seq: int, trace: list[dict[str, object]] | None = None, fill_cache: bool = True
     ) -> tuple[int, bytes] | None:
         """The newest version of `key` with sequence number <= `seq`, as ``(kind, value)``; None if there is none.
 
@@ -219,9 +219,9 @@ class TableReader:
         Costs, in order, stopping at the first that settles it: two key
         comparisons; a filter probe (O(k)); a bisect of the index (O(log
         blocks)); one data block, from the block cache or one read of the file
-        (offered to the cache, which keeps a block from its second read), and a
-        lookup in it (O(1) through its hash index, else a binary search, O(log
-        entries)).  Counts in ``stats`` and on this
+        (offered to the cache, which keeps a block from its second read, unless
+        `fill_cache` is False), and a lookup in it (O(1) through its hash index,
+        else a binary search, O(log entries)).  Counts in ``stats`` and on this
         reader; appends one dict to `trace` if given.
         """
         # Counts only outcomes: tables considered and filter checks are their sums (see Stats).
@@ -261,7 +261,8 @@ class TableReader:
             hit = cache.get(cache_key)
             if hit is None:
                 block = self._load_block(i)
-                cache.put(cache_key, block, len(block.data))
+                if fill_cache:
+                    cache.put(cache_key, block, len(block.data))
             else:
                 block = hit
                 cached = True

@@ -2337,8 +2337,9 @@ class Snapshot(_Scans):
         """The value of `key` as of the snapshot, or `default` when it was absent or deleted then (the read
         options as `DB.get`'s)."""
         self._check()
-        fill = _check_read_options(verify_checksums, fill_cache)
-        value = self._db._get(check_key(key), self.sequence, default, None, fill)
+        if fill_cache is not True or verify_checksums is not False:  # as `DB.get`: one test on the usual call
+            fill_cache = _check_read_options(verify_checksums, fill_cache)
+        value = self._db._get(check_key(key), self.sequence, default, None, fill_cache)
         if self._closed:  # released by another thread during the read (one attribute test when not)
             self._check_still_held()
         return value

@@ -29,6 +29,7 @@ from minilsm.sstable.format import (
     BLOCK_INDEX,
     BLOCK_TRAILER,
     BLOCK_TRAILER_SIZE,
+    FOOTER,
     FOOTER_SIZE,
     BlockHandle,
     Readahead,
@@ -884,6 +885,31 @@ def test_verify_finds_a_forged_offset_array(tmp: str) -> None:
     with pytest.raises(CorruptionError, match="offset array or hash index differs") as e:
         open_table(tmp).verify()
     assert e.value.path == table_path(tmp, 1)
+
+
+@pytest.mark.parametrize(
+    "forged", [(1 << 40) << 8 | KIND_VALUE, KIND_VALUE, 7 << 8 | 9], ids=["newer", "older", "kind"]
+)
+def test_an_index_trailer_outside_the_tables_versions_is_refused_at_open(tmp: str, forged: int) -> None:
+    """Was: accepted.  A read skips a block, unread, whose index trailer names a version too new for it, so a
+    trailer forged past the table's newest version (the index block resealed) hid that block: get() gave None
+    for a key the table holds, with no error.  The open now checks every trailer against the properties'
+    sequence range and the known kinds."""
+    entries = simple_entries(40)  # sequence numbers 1..40
+    build(tmp, entries, block_size=256)
+    path = table_path(tmp, 1)
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    index_offset, index_size = FOOTER.unpack_from(data, len(data) - FOOTER_SIZE)[:2]
+    end = index_offset + index_size - BLOCK_TRAILER_SIZE
+    struct.pack_into("<Q", data, index_offset + 4, forged)  # the first entry's trailer, after the count
+    contents = bytes(data[index_offset:end])
+    BLOCK_TRAILER.pack_into(data, end, BLOCK_INDEX, xxhash.xxh3_64_intdigest(contents, BLOCK_INDEX))
+    with open(path, "wb") as f:
+        f.write(data)
+    with pytest.raises(CorruptionError, match="outside the table's sequence range") as e:
+        open_table(tmp)
+    assert e.value.path == path
 
 
 @settings(max_examples=40)

@@ -555,6 +555,11 @@ def _read_metadata(file: RandomAccessFile, stats: Stats, path: str) -> tuple[Ind
         problems.append("largest key differs from the index")
     if props.smallest > props.largest or props.min_seq > props.max_seq:
         problems.append("key or sequence range is inverted")
+    # A read skips a block by its index trailer, unread, when that names a version too new to see: a trailer past
+    # the table's sequence range would hide whole blocks from every read, with no error.
+    low, high = props.min_seq << 8, (props.max_seq << 8) | 0xFF
+    if not all(low <= t <= high and t & 0xFF in (KIND_VALUE, KIND_DELETE) for t in index.last_trailers):
+        problems.append("an index entry names a version outside the table's sequence range, or of no known kind")
     if not props.num_data_blocks <= props.num_entries or props.num_deletions > props.num_entries:
         problems.append("entry counts are inconsistent")
     if problems:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Final
 
+from minilsm.errors import CorruptionError
 from minilsm.iterators import Entry, concat, merge
 from minilsm.keys import KIND_DELETE
 from minilsm.options import Options
@@ -552,6 +553,30 @@ def write_tables(
         if builder is not None:
             builder.abandon()
     return outputs
+
+
+def write_compaction_tables(
+    c: Compaction,
+    entries: Iterator[Entry],
+    new_builder: Callable[[], TableBuilder],
+    target_file_size: int | None,
+) -> list[TableMeta]:
+    """`write_tables` for compaction `c`'s merged stream (`compaction_entries`).
+
+    The merge trusts each input's versions to be in order and of known kinds, as every read does once a block's
+    checksum passed (`sstable.reader.check_versions`).  A version the builder refuses (ValueError) can only come
+    from an input block forged or damaged with a valid checksum, so the inputs are verified and the first that
+    fails is named: a `CorruptionError`, as any other damage.  Free until then.
+    """
+    try:
+        return write_tables(entries, new_builder, target_file_size)
+    except ValueError as e:
+        for t in c.all_inputs:
+            try:
+                t.verify()
+            except CorruptionError as damage:
+                raise damage from e
+        raise  # no input is damaged: the builder's refusal is a bug here, not damage
 
 
 def compaction_entries(c: Compaction, below: KeyRanges, snapshots: Sequence[int], stats: Stats) -> Iterator[Entry]:

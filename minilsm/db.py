@@ -1328,8 +1328,8 @@ class DB(_Writes, _Scans):
                         entries = compaction.compaction_entries(c, version.ranges, snapshots, self._stats)
                         if not manual and self.options.background:
                             entries = self._flushing_meanwhile(entries)
-                        metas = compaction.write_tables(
-                            entries, lambda: self._new_builder(self._output_number(numbers)), target
+                        metas = compaction.write_compaction_tables(
+                            c, entries, lambda: self._new_builder(self._output_number(numbers)), target
                         )
                     readers = [self._open_table(m.number) for m in metas]
             finally:

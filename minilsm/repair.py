@@ -244,12 +244,17 @@ def _read_manifest(fs: FileSystem, path: str, names: list[str], report: RepairRe
 def _table_versions(reader: TableReader, report: RepairReport, damaged: list[str]) -> Iterator[Entry]:
     """The versions of `reader`'s data blocks, a block at a time; a damaged block is reported and skipped."""
     name = table_file_name(reader.number)
+    last: tuple[bytes, int] | None = None  # the last version kept: the merge needs each table's in order
     for i in range(reader.props.num_data_blocks):
         try:
-            yield from reader.block_entries(i)
+            entries = reader.block_entries(i, last)
         except (CorruptionError, OSError) as e:
             report._damage(name, f"{_detail(e)}: the versions of that block were skipped")
             _add(damaged, name)
+            continue
+        if entries:
+            last = entries[-1][:2]
+        yield from entries
 
 
 def _log_versions(

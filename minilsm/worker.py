@@ -11,7 +11,7 @@ compaction to another process, as plain data:
   input tables by number, the live snapshots, the key ranges of the levels
   below (`version.KeyRanges`, to know which tombstones may go) and the sizes;
 * the worker opens the inputs read-only, runs the very same merge as an
-  in-process compaction (`compaction.compaction_entries`, `write_tables`), and
+  in-process compaction (`compaction.compaction_entries`, `write_compaction_tables`), and
   writes the output tables into a scratch directory of the job's own inside the
   store (``compaction-<token>.tmp``);
 * the store takes the outputs' numbers, renames them into place, and installs
@@ -58,7 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Final, NoReturn
 
-from minilsm.compaction import Compaction, compaction_entries, flush_entries, write_tables
+from minilsm.compaction import Compaction, compaction_entries, flush_entries, write_compaction_tables, write_tables
 from minilsm.fs import FileSystem
 from minilsm.memtable import MemTable
 from minilsm.sstable.builder import TableBuilder, TableMeta
@@ -169,7 +169,7 @@ def run_job(job: CompactionJob | FlushJob, fs: FileSystem, stats: Stats) -> list
             count += 1
             return TableBuilder(fs, job.scratch, count, block_size=job.block_size, bits_per_key=job.bits_per_key)
 
-        return write_tables(entries, new_builder, job.target_file_size)
+        return write_compaction_tables(c, entries, new_builder, job.target_file_size)
     finally:
         for t in opened:
             t.close()

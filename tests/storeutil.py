@@ -9,10 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import xxhash
 
 import minilsm
 from minilsm.db import DB
 from minilsm.fs import FileSystem, RandomAccessFile
+from minilsm.sstable.format import BLOCK_DATA, BLOCK_TRAILER, BLOCK_TRAILER_SIZE
 
 
 def crash(db: DB) -> None:
@@ -78,6 +80,21 @@ def flip_byte(path: str, pos: int) -> None:
         b = f.read(1)
         f.seek(pos)
         f.write(bytes([b[0] ^ 0xFF]))
+
+
+def forge_block(path: str, offset: int, size: int, forge: Callable[[bytearray], None]) -> None:
+    """Let `forge` change the contents of the data block at `offset` (`size` bytes with its trailer) of the table
+    at `path`, then reseal the block's checksum: damage that no checksum catches, as a forged block would be."""
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        end = offset + size - BLOCK_TRAILER_SIZE
+        contents = data[offset:end]
+        forge(contents)
+        assert len(contents) == end - offset, "a forge keeps the block's size"
+        data[offset:end] = contents
+        BLOCK_TRAILER.pack_into(data, end, BLOCK_DATA, xxhash.xxh3_64_intdigest(bytes(contents), BLOCK_DATA))
+        f.seek(0)
+        f.write(data)
 
 
 def fast_tmp_dir() -> tempfile.TemporaryDirectory[str]:

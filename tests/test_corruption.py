@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from storeutil import fast_tmp_dir, flip_byte, small_options
+from storeutil import fast_tmp_dir, flip_byte, forge_block, small_options
 
 import minilsm
 from minilsm.bloom import key_hash
@@ -466,3 +466,37 @@ def test_a_damaged_data_block_is_an_error_whatever_the_read_asks(work: str, opti
             with pytest.raises(CorruptionError) as raised:
                 read()
             assert names(raised.value, table)
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread", "worker"])
+@pytest.mark.parametrize("forgery", ["order", "kind"])
+def test_a_compaction_that_meets_a_block_forged_with_a_valid_checksum_names_its_table(
+    work: str, forgery: str, mode: str
+) -> None:
+    """Was: ValueError from the table builder (ReadOnlyError caused by it, in the background), naming no file.
+    Reads trust a block whose checksum passed; the merge finds the damage when the builder refuses a version,
+    and `verify` of its inputs names the table, as for any other damage."""
+    opts = small_options(background=mode != "inline", compaction_worker=mode == "worker", level0_compaction_trigger=4)
+    with minilsm.DB(work, **opts) as db:
+        for batch in ((b"key1", b"key2"), (b"key3",)):
+            for k in batch:
+                db.put(k, b"value")
+            db.flush()
+        first = min(t.file_name for t in db.tables())
+        reader = TableReader.open(FS, work, int(first[:-4]), Stats())
+        offset, size = reader._offsets[0], reader._sizes[0]
+        reader.close()
+
+    def forge(block: bytearray) -> None:  # the first entry: key_len u32 | value_len u32 | trailer u64 | key | value
+        if forgery == "kind":
+            block[8] = 7
+        else:
+            block[16:20] = b"key9"  # key9, key2: out of order
+
+    forge_block(os.path.join(work, first), offset, size, forge)
+    with minilsm.DB(work, **opts) as db:
+        with pytest.raises(minilsm.Error) as raised:
+            db.compact_range()
+        damage = raised.value if isinstance(raised.value, CorruptionError) else raised.value.__cause__
+        assert isinstance(damage, CorruptionError) and names(damage, first), raised.value
+        assert ("unknown kind 7" if forgery == "kind" else "follows") in str(damage)

@@ -22,7 +22,7 @@ from unittest import mock
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
-from storeutil import fast_tmp_dir, flip_byte, small_options
+from storeutil import fast_tmp_dir, flip_byte, forge_block, small_options
 
 import minilsm
 from minilsm.check import check_store
@@ -119,24 +119,54 @@ def bottom_tables(path: str) -> list[tuple[str, TableReader]]:
     return out
 
 
-def test_a_damaged_block_costs_its_own_versions_and_no_more(path: str) -> None:
-    """One version a key, each in one table: the keys of the damaged block go, every other key stays exact."""
-    model = {b"k%04d" % i: b"v%d" % i * 7 for i in range(600)}
+MODEL = {b"k%04d" % i: b"v%d" % i * 7 for i in range(600)}
+
+
+def one_version_a_key(path: str) -> tuple[str, set[bytes], int, int]:
+    """A store of `MODEL`, one version a key, each in one table: the second table's name, the keys of its second
+    data block, and that block's offset and size (with its trailer)."""
     with minilsm.DB(path, **small_options()) as db:
-        for k, v in model.items():
+        for k, v in MODEL.items():
             db.put(k, v)
         db.compact_range()
     name, reader = bottom_tables(path)[1]
-    lost = reader.block_entries(1)  # the second data block of the second table
-    offset = reader._offsets[1]
+    keys = {k for k, _, _ in reader.block_entries(1)}
+    offset, size = reader._offsets[1], reader._sizes[1]
     reader.close()
+    return name, keys, offset, size
+
+
+def test_a_damaged_block_costs_its_own_versions_and_no_more(path: str) -> None:
+    """The keys of the damaged block go, every other key stays exact."""
+    name, gone, offset, _ = one_version_a_key(path)
     flip_byte(os.path.join(path, name), offset + 5)
     report = repair_store(path, **small_options())
     assert [f.file for f in report.findings] == [name]
     assert f"data block at offset {offset}: checksum mismatch" in report.findings[0].message
     assert report.moved == [name] and os.path.exists(os.path.join(path, LOST_DIR, name))
-    gone = {k for k, _, _ in lost}
-    assert contents(path) == {k: v for k, v in model.items() if k not in gone} and gone
+    assert contents(path) == {k: v for k, v in MODEL.items() if k not in gone} and gone
+
+
+@pytest.mark.parametrize("forgery", ["order", "kind", "behind"])
+def test_a_block_forged_with_a_valid_checksum_costs_its_own_versions_and_no_more(path: str, forgery: str) -> None:
+    """Was: ValueError from the table builder, and no repair.  A block resealed after its first key was raised past
+    the next (order), its first version given an unknown kind (kind), or its first key lowered below the block
+    before it (behind) is damage like any other: reported, its versions skipped, the rest kept exact."""
+    name, gone, offset, size = one_version_a_key(path)
+
+    def forge(block: bytearray) -> None:  # the first entry: key_len u32 | value_len u32 | trailer u64 | key | value
+        if forgery == "kind":
+            block[8] = 7
+        else:  # past every key of the block, or before every key of the table
+            block[16:21] = b"k9999" if forgery == "order" else b"k0000"
+
+    forge_block(os.path.join(path, name), offset, size, forge)
+    report = repair_store(path, **small_options())
+    assert [f.file for f in report.findings] == [name]
+    detail = {"order": "follows", "kind": "unknown kind 7", "behind": "follows"}[forgery]
+    assert f"data block 1 at offset {offset}: " in report.findings[0].message
+    assert detail in report.findings[0].message
+    assert contents(path) == {k: v for k, v in MODEL.items() if k not in gone} and gone
 
 
 def test_a_table_that_cannot_be_opened_is_skipped_whole_and_an_older_version_takes_its_place(path: str) -> None:

@@ -432,14 +432,17 @@ class TableReader:
         i = bisect_left(self._last_keys, key)
         return self._offsets[i] if i < self._num_blocks else self.props.data_size
 
-    def block_entries(self, i: int) -> list[Entry]:
-        """Every version of data block `i`, read from the file and checked (``minilsm repair`` skips a block
-        that raises `CorruptionError`).  One `read_block`, O(block size)."""
+    def block_entries(self, i: int, after: tuple[bytes, int] | None = None) -> list[Entry]:
+        """Every version of data block `i`, read from the file and checked, their order and kinds too, the first
+        after `after` (the (key, trailer) of the version before it) if given: ``minilsm repair`` skips a block
+        that raises `CorruptionError`.  One `read_block`, O(block size)."""
         block = self._load_block(i)
         try:
-            return block.entries()
+            entries = block.entries()
+            check_versions(entries, after)
         except CorruptionError as e:
             raise self._block_error(e, i) from e
+        return entries
 
     def _block_error(self, e: CorruptionError, i: int) -> CorruptionError:
         return CorruptionError(f"data block {i} at offset {self._offsets[i]}: {e.detail}", self.path)
@@ -466,22 +469,17 @@ class TableReader:
             )
             try:
                 entries = Block(contents).entries()
+                check_versions(entries, prev)
             except CorruptionError as e:
                 raise self._block_error(e, i) from e
             for key, trailer, value in entries:
                 if prev is None or key != prev[0]:
-                    if prev is not None and key < prev[0]:
-                        raise self._verify_error(i, f"key {key!r} follows {prev[0]!r}")
                     h = key_hash(key)
                     if not bloom.may_contain_hash(h):
                         raise self._verify_error(i, f"the filter rejects key {key!r}, which the table holds")
-                elif trailer >= prev[1]:
-                    raise self._verify_error(i, f"versions of {key!r} are out of order")
                 rebuilt.add(key, trailer, value, h)
                 prev = (key, trailer)
                 seq, kind = trailer >> 8, trailer & 0xFF
-                if kind not in (KIND_VALUE, KIND_DELETE):
-                    raise self._verify_error(i, f"unknown kind {kind}")
                 num_entries += 1
                 num_deletions += kind == KIND_DELETE
                 min_seq = seq if min_seq is None else min(min_seq, seq)
@@ -517,6 +515,26 @@ class TableReader:
 
     def __repr__(self) -> str:
         return f"TableReader({self.path!r}, entries={self.props.num_entries}, blocks={self._num_blocks})"
+
+
+def check_versions(entries: list[Entry], after: tuple[bytes, int] | None = None) -> None:
+    """`CorruptionError` unless `entries` are in strict internal order (keys ascending, a key's versions newest
+    first), each after `after` if given, and each of a known kind.  O(len(entries)).
+
+    Reads and scans trust a block whose checksum passed for this (checking it would cost every read); a block
+    forged or damaged with a valid checksum breaks it.  `verify` and repair check it; a compaction that meets
+    such a block finds it through `verify` (see `compaction.write_compaction_tables`).
+    """
+    prev_key, prev_trailer = after if after is not None else (None, 0)
+    for key, trailer, _ in entries:
+        if prev_key is not None:
+            if key < prev_key:
+                raise CorruptionError(f"key {key!r} follows {prev_key!r}")
+            if key == prev_key and trailer >= prev_trailer:
+                raise CorruptionError(f"versions of {key!r} are out of order")
+        if trailer & 0xFF not in (KIND_VALUE, KIND_DELETE):
+            raise CorruptionError(f"unknown kind {trailer & 0xFF}")
+        prev_key, prev_trailer = key, trailer
 
 
 def _read_metadata(file: RandomAccessFile, stats: Stats, path: str) -> tuple[Index, BloomFilter, TableProperties]:

@@ -53,6 +53,16 @@ BATCH_HEADER_SIZE: Final = _HEAD.size
 OP_HEADER_SIZE: Final = _OP.size
 """Bytes in front of each op's key and value: kind u8, key_len u32, value_len u32 (9)."""
 
+SEQUENCE_ROOM_CHECKED_FROM: Final = MAX_SEQUENCE - MAX_RECORD_SIZE // OP_HEADER_SIZE
+"""Up to this last sequence number, any batch's numbers stay within `MAX_SEQUENCE` (no batch holds more ops than
+a log record holds op headers); from it on, a store checks each write against `sequences_left`."""
+
+
+def sequences_left(last_seq: int) -> int:
+    """How many more versions fit after `last_seq`: a trailer holds 56 bits of sequence number."""
+    return MAX_SEQUENCE - last_seq
+
+
 # Why a bound batch is closed, as its ClosedError says: a batch its block discarded must not be reported
 # written, nor one whose write raised (the store was closed, say) without saying that the write raised.
 _WRITTEN: Final = "was already written"

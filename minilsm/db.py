@@ -53,7 +53,7 @@ from types import TracebackType
 from typing import Any, Final, Generic, Literal, NoReturn, Self, SupportsIndex, TypedDict, TypeVar, Unpack, overload
 
 from minilsm import compaction, report, worker
-from minilsm.batch import LogChain, WriteBatch, encode_batch
+from minilsm.batch import SEQUENCE_ROOM_CHECKED_FROM, LogChain, WriteBatch, encode_batch, sequences_left
 from minilsm.bloom import key_hash
 from minilsm.cache import ClockCache, TableFileCache
 from minilsm.checkpoint import write_checkpoint
@@ -738,8 +738,14 @@ class DB(_Writes, _Scans):
                 or self._mem.approximate_size >= opts.memtable_size
                 or self._work_due
                 or self._level0_full
+                or self._last_seq > SEQUENCE_ROOM_CHECKED_FROM
             ):
                 self._make_room()
+                if len(ops) > sequences_left(self._last_seq):
+                    raise ReadOnlyError(
+                        f"{self.path}: the write needs sequence numbers past the maximum, 2**56 - 1; the store is "
+                        f"at {self._last_seq} (no store writes that many versions: a log or manifest said so)"
+                    )
             seq = self._last_seq + 1
             payload = encode_batch(seq, ops)
             try:

@@ -73,6 +73,8 @@ class ReadOnlyError(Error):
     """A write was refused because an earlier I/O failure made the store read-only.
 
     So does an interrupt (a signal handler's `KeyboardInterrupt`, a `MemoryError`) in the middle of a write,
-    which may have left part of it in the log.  Reads keep working.  Close and reopen the store once the
+    which may have left part of it in the log.  Reads keep working.  A write that would need sequence numbers
+    past `MAX_SEQUENCE` (2**56 - 1, which only a damaged or forged log or manifest brings near) is refused with
+    it too, and leaves the store as it was.  Close and reopen the store once the
     cause (a full disk, say) is fixed; recovery then replays everything that was acknowledged.
     """

@@ -40,6 +40,7 @@ import xxhash
 
 from minilsm.errors import CorruptionError
 from minilsm.fs import FileSystem, WritableFile
+from minilsm.keys import MAX_SEQUENCE
 from minilsm.sstable.builder import TableMeta
 from minilsm.wal import LogWriter, log_file_name, read_log
 
@@ -345,7 +346,7 @@ def _state_from_json(obj: Any) -> ManifestState:
 def _set_counters(state: ManifestState, obj: Any) -> None:
     """The counters a snapshot or an edit records (`_counters` writes them)."""
     state.next_file_number = _int(obj["next_file_number"])
-    state.last_sequence = _int(obj["last_sequence"])
+    state.last_sequence = _seq(obj["last_sequence"])
     state.log_number = _int(obj["log_number"])
 
 
@@ -353,6 +354,14 @@ def _int(v: Any) -> int:
     if type(v) is not int or v < 0:
         raise ValueError(f"expected a non-negative integer, got {v!r}")
     return v
+
+
+def _seq(v: Any) -> int:
+    """A sequence number: past `MAX_SEQUENCE` no version can be written (a trailer holds 56 bits of it)."""
+    n = _int(v)
+    if n > MAX_SEQUENCE:
+        raise ValueError(f"sequence number {n} is past the maximum {MAX_SEQUENCE}")
+    return n
 
 
 def _key_to_json(key: bytes | None) -> str | None:
@@ -382,8 +391,8 @@ def _meta_from_json(d: Any) -> TableMeta:
         file_size=_int(d["file_size"]),
         smallest=bytes.fromhex(d["smallest"]),
         largest=bytes.fromhex(d["largest"]),
-        min_seq=_int(d["min_seq"]),
-        max_seq=_int(d["max_seq"]),
+        min_seq=_seq(d["min_seq"]),
+        max_seq=_seq(d["max_seq"]),
         num_entries=_int(d["num_entries"]),
         num_deletions=_int(d["num_deletions"]),
     )

@@ -27,9 +27,11 @@ from faultfs import FaultFS
 from storeutil import crash, small_options
 
 import minilsm
+from minilsm.batch import encode_batch
 from minilsm.check import check_store
 from minilsm.fs import DEFAULT_FS
-from minilsm.keys import MAX_KEY_SIZE, MAX_VALUE_SIZE
+from minilsm.keys import KIND_VALUE, MAX_KEY_SIZE, MAX_SEQUENCE, MAX_VALUE_SIZE
+from minilsm.wal import LogWriter
 
 DATA = {b"key%03d" % i: b"value%d" % i * 20 for i in range(200)}
 
@@ -603,3 +605,29 @@ def test_a_store_reopens_with_fewer_levels_unless_tables_sit_below(db_path: str)
         minilsm.DB(db_path, **small_options(max_levels=deepest))
     with minilsm.DB(db_path, **small_options(max_levels=7)) as db:
         assert_intact(db)
+
+
+def test_a_write_past_the_last_sequence_number_is_refused_and_loses_nothing(db_path: str) -> None:
+    """Was: acknowledged, then its flush failed with the builder's ValueError (struct.error past 2**64) and the
+    reopen refused the log.  No store writes 2**56 versions, but a log or manifest can say it did: a record
+    written to the new log after a flush takes the store to one short of `MAX_SEQUENCE`."""
+    with minilsm.DB(db_path, **small_options()) as db:
+        db.put(b"a", b"1")
+        db.flush()
+        (log,) = [os.path.join(db_path, f) for f in os.listdir(db_path) if f.endswith(".log")]
+        assert os.path.getsize(log) == 0
+    writer = LogWriter(DEFAULT_FS.open_appendable(log), os.path.getsize(log))
+    writer.add_record(encode_batch(MAX_SEQUENCE - 1, [(KIND_VALUE, b"b", b"2")]))
+    writer.close()
+    for reopen in range(2):
+        with minilsm.DB(db_path, **small_options()) as db:
+            assert db.last_sequence == MAX_SEQUENCE - 1 + reopen
+            with pytest.raises(minilsm.ReadOnlyError, match="past the maximum"), db.write_batch() as wb:
+                wb.put(b"c", b"3")
+                wb.put(b"d", b"4")  # two numbers: one too many
+            if not reopen:
+                db.put(b"c", b"3")  # the last one
+            with pytest.raises(minilsm.ReadOnlyError, match="past the maximum"):
+                db.put(b"e", b"5")
+            assert dict(db.iterator()) == {b"a": b"1", b"b": b"2", b"c": b"3"}
+            db.flush()

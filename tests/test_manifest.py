@@ -26,6 +26,7 @@ from minilsm import manifest
 from minilsm.check import check_store
 from minilsm.errors import CorruptionError
 from minilsm.fs import DEFAULT_FS
+from minilsm.keys import MAX_SEQUENCE
 from minilsm.manifest import MANIFEST_NAME, ManifestState, ManifestWriter, decode_manifest, read_manifest
 from minilsm.sstable.builder import TableMeta
 from minilsm.wal import LogWriter
@@ -316,6 +317,8 @@ def test_a_state_with_another_number_of_levels_starts_a_new_file(tmp: str) -> No
         ({"compact_pointers": [[5, None]]}, "IndexError"),
         ({"kind": "snapshot"}, "not an edit"),
         ({"log_number": -1}, "non-negative"),
+        ({"last_sequence": MAX_SEQUENCE + 1}, "past the maximum"),  # was accepted: writes then failed
+        ({"added": [[1, manifest._meta_to_json(meta(9)) | {"max_seq": 1 << 64}]]}, "past the maximum"),
     ],
 )
 def test_an_edit_that_does_not_fit_its_state_is_corruption(tmp: str, change: dict[str, object], message: str) -> None:

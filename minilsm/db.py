@@ -290,6 +290,9 @@ class DB(_Writes, _Scans):
         self._close_running = False  # a close() is under way (`_closing` stays set if an interrupt stops it)
         self._forked_from: int | None = None  # in a forked child: the pid of the process that opened the store
         self._bg_error: BaseException | None = None
+        # Set as the background thread ends: what close() waits for.  Not `Thread.join`, which in CPython 3.11 and
+        # 3.12 marks the thread stopped when an interrupt stops the join, so the next close() would not wait for it.
+        self._bg_done: threading.Event | None = None
         self._bg_thread: threading.Thread | None = None
         self._compacting = False
         self._seek_resume_at = 0.0
@@ -357,8 +360,12 @@ class DB(_Writes, _Scans):
         _open_stores.add(self)
         if self.options.background:
             # The thread holds the store weakly, so that one dropped without close() is still freed (`__del__`).
+            self._bg_done = threading.Event()
             self._bg_thread = threading.Thread(
-                target=_background_loop, args=(weakref.ref(self), self._cond), name=f"minilsm-bg:{path}", daemon=True
+                target=_background_loop,
+                args=(weakref.ref(self), self._cond, self._bg_done),
+                name=f"minilsm-bg:{path}",
+                daemon=True,
             )
             self._bg_thread.start()
             with self._mutex:
@@ -540,8 +547,8 @@ class DB(_Writes, _Scans):
             self._close_running = True
             self._cond.notify_all()
         try:
-            if self._bg_thread is not None:
-                self._bg_thread.join()
+            if self._bg_done is not None:
+                self._bg_done.wait()
             with self._mutex:
                 # A compact_range in another thread writes outside the mutex: let its step end (it then sees
                 # the close and stops), or it would rewrite the manifest of a directory no longer ours.
@@ -554,7 +561,12 @@ class DB(_Writes, _Scans):
                 self._cond.notify_all()
 
     def _close_files(self) -> None:
-        """The end of `close` (mutex held), where nothing is left to wait for."""
+        """The end of `close` (mutex held), where nothing is left to wait for.
+
+        An interrupt (a `KeyboardInterrupt`) partway leaves the store closing, closed to writes, and the next
+        close() does every step again (each may be repeated); until then the directory stays locked.  Any other
+        failure leaves it closed as far as it got.
+        """
         try:
             with contextlib.suppress(OSError):  # every acknowledged record was already handed to the OS
                 self._log.close()
@@ -575,10 +587,15 @@ class DB(_Writes, _Scans):
             if self._block_cache is not None:
                 self._block_cache.clear()
             self._file_lock.release()
-        finally:
-            self._closed = True
-            self._closing = False
-            self._cond.notify_all()
+        except Exception:
+            self._mark_closed()
+            raise
+        self._mark_closed()
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+        self._closing = False
+        self._cond.notify_all()
 
     def _cancel_iterators(self) -> None:
         """End every live iterator: its next step raises `ClosedError`."""
@@ -613,7 +630,7 @@ class DB(_Writes, _Scans):
         self._forked_from = os.getppid()
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
-        self._bg_thread = None  # threads do not survive a fork
+        self._bg_done = self._bg_thread = None  # threads do not survive a fork
         self._closed = True
         self._closing = False
         self._close_running = False
@@ -1767,50 +1784,54 @@ def _forget_stores_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_stores_after_fork)
 
 
-def _background_loop(ref: weakref.ref[DB], cond: threading.Condition) -> None:
-    """The background thread of the store `ref` names: flushes and compactions, until it closes or is collected.
+def _background_loop(ref: weakref.ref[DB], cond: threading.Condition, done: threading.Event) -> None:
+    """The background thread of the store `ref` names: flushes and compactions, until it closes or is collected;
+    sets `done` as it ends.
 
     It holds the store only while it looks for work and does it, never while it waits, so a store dropped
     without `close()` can be freed; it then ends within `SEEK_CHECK_INTERVAL`.  That is also how often an idle
     thread looks again, since reads make a seek compaction due without notifying.  Its own failure is logged
     on the `minilsm` logger as it ends (a writer's, recorded meanwhile, is the writer's to raise).
     """
-    failure: BaseException | None = None
-    path = ""
-    with cond:
-        try:
-            while True:
-                db = ref()
-                if db is None:
-                    return
-                path = db.path
-                if db._closing or db._bg_error is not None:
-                    cond.notify_all()
-                    break
-                if db._has_background_work():
-                    failure = db._do_one_background_job()
-                    cond.notify_all()
-                else:
-                    del db  # not held while waiting; were this the last reference, the store is freed here
-                    cond.wait(SEEK_CHECK_INTERVAL)
-        except BaseException as e:
-            # Raised outside a job (a bug in choosing the next one): this thread ends, and writers
-            # waiting for it would wait forever unless they learn it is gone.
-            failure = e
-            alive = ref()
-            if alive is not None and alive._bg_error is None:
-                alive._bg_error = e
-            del alive
-            cond.notify_all()
-    if failure is not None:
-        # Recorded for the next write to raise; but a store that takes no write after it (a reader, one
-        # closed next) would never say, and a bug's traceback would go with it.  Logged outside the mutex.
-        _log.error(
-            "%s: background flush or compaction failed; the store is read-only until reopened: %s",
-            path,
-            failure,
-            exc_info=failure,
-        )
+    try:
+        failure: BaseException | None = None
+        path = ""
+        with cond:
+            try:
+                while True:
+                    db = ref()
+                    if db is None:
+                        return
+                    path = db.path
+                    if db._closing or db._bg_error is not None:
+                        cond.notify_all()
+                        break
+                    if db._has_background_work():
+                        failure = db._do_one_background_job()
+                        cond.notify_all()
+                    else:
+                        del db  # not held while waiting; were this the last reference, the store is freed here
+                        cond.wait(SEEK_CHECK_INTERVAL)
+            except BaseException as e:
+                # Raised outside a job (a bug in choosing the next one): this thread ends, and writers
+                # waiting for it would wait forever unless they learn it is gone.
+                failure = e
+                alive = ref()
+                if alive is not None and alive._bg_error is None:
+                    alive._bg_error = e
+                del alive
+                cond.notify_all()
+        if failure is not None:
+            # Recorded for the next write to raise; but a store that takes no write after it (a reader, one
+            # closed next) would never say, and a bug's traceback would go with it.  Logged outside the mutex.
+            _log.error(
+                "%s: background flush or compaction failed; the store is read-only until reopened: %s",
+                path,
+                failure,
+                exc_info=failure,
+            )
+    finally:
+        done.set()  # the last this thread does: nothing of the store's is touched after it
 
 
 def _check_flag(name: str, value: object) -> None:

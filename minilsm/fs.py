@@ -352,11 +352,14 @@ class _PosixFileLock:
         self._pid = os.getpid()
 
     def release(self) -> None:
-        if self._fd >= 0:
+        fd = self._fd
+        if fd >= 0:
             if self._pid == os.getpid():
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            # Forgotten before it is closed: a release again after an interrupt here must not close the number
+            # twice (by then it may be another file's).
             self._fd = -1
+            os.close(fd)
 
     def __del__(self) -> None:
         # A store dropped without close() lets its directory go when it is collected, as a dropped file closes.

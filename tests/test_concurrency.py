@@ -734,6 +734,72 @@ def test_a_batch_half_added_to_the_memtable_is_invisible_to_lock_free_readers(db
 
 
 @pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_kill"), reason="needs signal.pthread_kill")
+def test_a_close_called_again_after_an_interrupt_waits_for_the_background_thread(db_path: str) -> None:
+    """Was: the second close() returned at once, since an interrupted `Thread.join` marks the thread stopped in
+    CPython 3.11 (bpo-45274's fix releases its lock); the thread, still flushing, then renamed and deleted files
+    in a directory the store had let go, under the next store to open it (found by an audit).  close() now waits
+    for an event the thread sets as it ends."""
+    import signal
+
+    fs = GateFS(1)  # the background thread's flush, held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    db.put(b"k", b"1")
+    flushing, _ = in_thread(db.flush)
+    assert fs.reached.wait(10), "the background flush never started"
+    main = threading.get_ident()
+    threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        db.close()
+    again, outcome = in_thread(db.close)
+    again.join(0.3)
+    assert again.is_alive() and not db.closed, "the second close() did not wait for the background thread"
+    fs.gate.set()
+    again.join(10)
+    flushing.join(10)
+    assert outcome == [None] and db.closed and db._bg_done is not None and db._bg_done.is_set()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"1"
+
+
+def test_a_close_interrupted_while_it_closes_files_releases_the_directory_when_called_again(db_path: str) -> None:
+    """Was: the interrupted close() marked the store closed in a `finally` without having let go of the LOCK, so
+    the next close() returned at once and the directory stayed locked while the object lived (found by an
+    audit).  Here the interrupt lands in the log file's close, as a Ctrl-C there would."""
+    interrupts = [1]
+
+    class InterruptedLogClose(minilsm.fs.FileSystem):
+        def open_appendable(self, path: str) -> minilsm.fs.WritableFile:
+            f = super().open_appendable(path)
+            return _Interrupting(f) if path.endswith(".log") else f
+
+        open_writable = open_appendable  # type: ignore[assignment]
+
+    class _Interrupting:
+        def __init__(self, f: minilsm.fs.WritableFile) -> None:
+            self.f = f
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.f, name)
+
+        def close(self) -> None:
+            if interrupts[0]:
+                interrupts[0] -= 1
+                raise KeyboardInterrupt
+            self.f.close()
+
+    db = minilsm.DB(db_path, **small_options(fs=InterruptedLogClose()))
+    db.put(b"k", b"v")
+    with pytest.raises(KeyboardInterrupt):
+        db.close()
+    with pytest.raises(minilsm.ClosedError):
+        db.put(b"k", b"late")  # closed to writes
+    db.close()
+    assert db.closed
+    with minilsm.DB(db_path, **small_options()) as again:
+        assert again.get(b"k") == b"v"
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_kill"), reason="needs signal.pthread_kill")
 def test_a_close_interrupted_while_it_waits_can_be_called_again_and_finishes(db_path: str) -> None:
     """Was: a KeyboardInterrupt (Ctrl-C) while close() waited for the background thread's compaction left the
     store marked as closing forever: every later close() waited for the first to finish and hung, and the

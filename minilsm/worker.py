@@ -262,15 +262,22 @@ class Worker:
         worker busy.  Without `wait`, a busy worker raises
         `WorkerUnavailableError` (``said=True``: nothing to report) at once.
         """
-        if not wait:
-            if not self._lock.acquire(blocking=False):
-                raise WorkerUnavailableError("the compaction worker is busy", said=True)
-        elif meanwhile is None:
-            self._lock.acquire()
-        else:
-            while not self._lock.acquire(timeout=MEANWHILE_EVERY):  # another thread's job in hand
-                meanwhile()
+        # Each acquire's answer lands in `taken` from C, before a signal handler can run: a KeyboardInterrupt
+        # just after the lock was taken must not leave it held for good (every later job, any store's, would
+        # wait for it).  CPython runs handlers between bytecodes; `map` calls the acquire with none in between.
+        taken: list[bool] = []
         try:
+            if not wait:
+                taken.extend(map(self._lock.acquire, (False,)))
+                if not taken[-1]:
+                    raise WorkerUnavailableError("the compaction worker is busy", said=True)
+            elif meanwhile is None:
+                taken.extend(map(self._lock.acquire, (True,)))
+            else:
+                taken.extend(map(self._lock.acquire, (True,), (MEANWHILE_EVERY,)))
+                while not taken[-1]:  # another thread's job in hand
+                    meanwhile()
+                    taken.extend(map(self._lock.acquire, (True,), (MEANWHILE_EVERY,)))
             if self.given_up:
                 raise WorkerUnavailableError("the compaction worker is given up", said=True)
             try:
@@ -302,7 +309,8 @@ class Worker:
                 raise
             self._failures = 0
         finally:
-            self._lock.release()
+            if taken and taken[-1]:
+                self._lock.release()
         stats.add(counted)
         if ok:
             assert isinstance(payload, list)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import inspect
+import itertools
 import logging
 import os
 import pickle
@@ -489,6 +490,54 @@ def test_an_interrupt_while_a_job_is_sent_ends_the_worker(
     assert looks == look
     assert fresh_worker.pid is None  # ended with the job it holds
     assert [m.num_entries for m in fresh_worker.run(job(2), stats=Stats())] == [2]
+
+
+@pytest.mark.parametrize("call", ["wait", "meanwhile", "no wait"])
+def test_an_interrupt_as_a_job_takes_the_worker_never_leaves_it_taken(
+    db_path: str, fresh_worker: worker.Worker, call: str
+) -> None:
+    """Was: `run` took the worker's lock before its `try`, so a KeyboardInterrupt right after the acquire returned
+    (CPython runs signal handlers there) left it held for the process: every later job, any store's, waited
+    forever, and compact_range hung (found by an audit).  A KeyboardInterrupt at each line of `run` up to the
+    job's first step, from a trace function: the lock is free after each, and the next job runs."""
+    kw: dict[str, Any] = {"wait": call != "no wait"}
+    if call == "meanwhile":
+        kw["meanwhile"] = lambda: None
+    first_step = worker.Worker.run.__code__.co_firstlineno + [
+        line.strip() for line in inspect.getsourcelines(worker.Worker.run)[0]
+    ].index("if self.given_up:")
+    for n in itertools.count(1):
+        looks = 0
+        scratch = os.path.join(db_path, worker.scratch_name())
+        os.makedirs(scratch)
+        job = worker.FlushJob(
+            scratch=scratch, memtable=random_memtable(1), snapshots=[], block_size=256, bits_per_key=10
+        )
+
+        def tracer(frame: Any, event: str, arg: object, n: int = n) -> Any:
+            nonlocal looks
+            if event == "call":
+                return tracer if frame.f_code is worker.Worker.run.__code__ else None
+            if event == "line" and frame.f_lineno <= first_step:
+                looks += 1
+                if looks == n:
+                    raise KeyboardInterrupt
+            return tracer
+
+        sys.settrace(tracer)
+        try:
+            fresh_worker.run(job, stats=Stats(), **kw)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        leaked = fresh_worker._lock.locked()
+        if leaked:
+            fresh_worker._lock.release()  # or the fixture's close of the worker would wait for it forever
+        assert not leaked, f"interrupted at line event {n}"
+        if looks < n:  # ran past the first step untouched: every line before it was tried
+            break
+    assert n > 3
 
 
 @pytest.mark.parametrize("fails", [False, True])

@@ -857,12 +857,18 @@ class DB(_Writes, _Scans):
             # this log's unsynced tail must not be the only thing a crash then loses.
             old_log.sync()
             new_log = self._new_log()
+            self._imm_log_number = old_log.number
+            self._imm = self._mem  # set before replacing _mem: a lock-free reader must never miss it
+            self._mem = MemTable()
+            self._log = new_log
         except OSError as e:
             raise self._fail_writes("syncing the full log or starting a new one", e) from e
-        self._imm_log_number = old_log.number
-        self._imm = self._mem  # set before replacing _mem: a lock-free reader must never miss it
-        self._mem = MemTable()
-        self._log = new_log
+        except BaseException as e:
+            # An interrupt (KeyboardInterrupt) partway: a new log may be made, empty, while writes went on into
+            # the old one, and the next freeze's log after them; a crash then leaves an empty log before one with
+            # records, which recovery refuses.  As in `_write`: no more writes until a reopen; the interrupt goes on.
+            self._fail_writes("starting a new memtable and log", e)
+            raise
         # Its records were handed to the OS on append; the file stays until the flush is durable.
         with contextlib.suppress(OSError):
             old_log.close()

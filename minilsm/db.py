@@ -1959,8 +1959,11 @@ class DBIterator(Generic[_Item]):
     direction.  A `for` loop over the iterator follows a move made in its body, as plyvel's loop does: its
     next step yields the item after the new place (from that move on, two generator steps more per item:
     `_follow`).  An exception in a step or a move (an interrupt, a failed read) leaves
-    the iterator at its place, or at the move's: the next step goes on from there.  Once the store closes, the
-    next step raises `ClosedError` (a loop already running too), and so does every use of the iterator after that.
+    the iterator at its place, or at the move's: the next step goes on from there.  (An interrupt that lands as
+    a step returns, once its item has left the merge, loses that item, as it would from any iterator's
+    `next()`: CPython runs a signal handler right after a call returns, before the caller has the value.)
+    Once the store closes, the next step raises `ClosedError` (a loop already running too), and so does every
+    use of the iterator after that.
     """
 
     __slots__ = (

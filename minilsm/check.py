@@ -26,7 +26,7 @@ from typing import Any
 
 from minilsm.batch import LogChain
 from minilsm.db import LOCK_NAME
-from minilsm.errors import CorruptionError, LockError, NotFoundError
+from minilsm.errors import CorruptionError, LockError, NotFoundError, StoreIOError
 from minilsm.fs import DEFAULT_FS, FileSystem
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest
 from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_file_name
@@ -120,20 +120,28 @@ def closed_store(fs: FileSystem, path: str, doing: str) -> Iterator[list[str]]:
     its directory, listed under the lock (the store may change until then).
 
     Raises `NotFoundError` if `path` holds no store, and `LockError` (saying what it would `doing`) if the
-    store is open, by this process or another.
+    store is open, by this process or another.  A file operation that fails, here or in the tool's own work
+    (a full disk, a LOCK that is a directory, too many open files), is a `StoreIOError` naming the store, as
+    for an open store; the tool leaves what it did not finish as its own docstring says.
     """
     try:
         names = fs.listdir(path)
     except (FileNotFoundError, NotADirectoryError):
         names = []
+    except OSError as e:
+        raise StoreIOError(f"{path}: could not {doing} the store: {e}") from e
     if MANIFEST_NAME not in names and not any(map(is_table_or_log, names)):
         raise NotFoundError(f"no minilsm store at {path}")
     try:
         lock = fs.lock(f"{path}/{LOCK_NAME}")
     except BlockingIOError:
         raise LockError(f"{path} is open (by this or another process); close it to {doing} it") from None
+    except OSError as e:
+        raise StoreIOError(f"{path}: could not {doing} the store: taking its {LOCK_NAME}: {e}") from e
     try:
         yield sorted(fs.listdir(path))
+    except OSError as e:
+        raise StoreIOError(f"{path}: could not {doing} the store: {e}") from e
     finally:
         lock.release()
 

@@ -209,7 +209,7 @@ def test_a_crash_mid_repair_leaves_the_store_as_it_was(path: str) -> None:
     before = sorted(os.listdir(path))
     with (
         mock.patch("minilsm.manifest.write_manifest", side_effect=OSError(28, "No space left on device")),
-        pytest.raises(OSError, match="No space"),
+        pytest.raises(minilsm.StoreIOError, match="No space"),
     ):
         repair_store(path, **small_options())
     assert set(os.listdir(path)) > set(before)  # the new tables, written before the manifest that failed
@@ -238,6 +238,21 @@ def test_repair_refuses_an_open_store_and_a_directory_that_holds_none(path: str,
         repair_store(str(tmp_path / "nothing here"))
     with pytest.raises(TypeError, match="unknown option"):
         repair_store(path, bits_per_keys=3)
+
+
+def test_the_offline_tools_turn_a_failed_file_operation_into_store_io_error(path: str) -> None:
+    """Was: check_store, repair_store and destroy_store let the OSError out (a LOCK that is a directory, a full
+    disk mid-repair: found by two audits), where an open store says StoreIOError naming the store."""
+    with minilsm.DB(path) as db:
+        db.put(b"k", b"v")
+    os.remove(os.path.join(path, "LOCK"))
+    os.mkdir(os.path.join(path, "LOCK"))
+    for tool, doing in ((check_store, "check"), (repair_store, "repair"), (destroy_store, "destroy")):
+        with pytest.raises(minilsm.StoreIOError, match=f"could not {doing} the store: taking its LOCK") as e:
+            tool(path)
+        assert str(e.value).startswith(path) and isinstance(e.value.__cause__, IsADirectoryError)
+    os.rmdir(os.path.join(path, "LOCK"))
+    assert contents(path) == {b"k": b"v"}
 
 
 def test_the_cli_repairs_and_says_what_it_lost(path: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -552,7 +567,7 @@ def test_a_repair_failing_at_any_call_then_run_again_keeps_each_damaged_file_onc
         shutil.copytree(path, work)
         fs = FaultFS()
         fs.arm(kind, nth)
-        with contextlib.suppress(OSError):  # some failures come after the repair took effect, or are tidying up
+        with contextlib.suppress(minilsm.StoreIOError):  # some failures come after the repair took effect, or tidy up
             repair_store(work, **small_options(fs=fs))
         assert fs.faults, (kind, nth)
         repair_store(work, **small_options())

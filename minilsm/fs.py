@@ -196,12 +196,13 @@ class _PosixWritableFile:
 
     def __init__(self, path: str, append: bool = False) -> None:
         self.path = path
-        self._fd = -1  # for close() in __del__ if the open below raises
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        self._fd = os.open(path, flags, 0o666)  # the mode open() uses; the umask applies
+        # Every field before the open, for close() in __del__ if the open raises (or an interrupt lands after it).
+        self._fd = -1
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._pid = os.getpid()
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        self._fd = os.open(path, flags, 0o666)  # the mode open() uses; the umask applies
 
     def append(self, data: bytes) -> None:
         self._pending.append(data)

@@ -747,9 +747,18 @@ def test_a_close_called_again_after_an_interrupt_waits_for_the_background_thread
     flushing, _ = in_thread(db.flush)
     assert fs.reached.wait(10), "the background flush never started"
     main = threading.get_ident()
-    threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+
+    def interrupt() -> None:
+        while not db._closing:
+            time.sleep(0.001)
+        time.sleep(0.05)  # close() now waits for the background thread
+        signal.pthread_kill(main, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt, daemon=True)
+    helper.start()
     with pytest.raises(KeyboardInterrupt):
         db.close()
+    helper.join(10)
     again, outcome = in_thread(db.close)
     again.join(0.3)
     assert again.is_alive() and not db.closed, "the second close() did not wait for the background thread"

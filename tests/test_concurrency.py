@@ -306,6 +306,28 @@ def store_with_compaction_at_the_gate(db_path: str) -> tuple[minilsm.DB, GateFS]
     return db, fs
 
 
+def interrupted_close(db: minilsm.DB, then: Callable[[], object] = lambda: None) -> None:
+    """Call ``db.close()`` here (the main thread) and interrupt it with SIGINT, as a Ctrl-C, once it waits for the
+    background thread; another thread sends the signal, then calls `then`."""
+    import signal
+
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        while not db._closing:
+            time.sleep(0.001)
+        time.sleep(0.05)  # close() now waits for the background thread
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.05)
+        then()
+
+    helper = threading.Thread(target=interrupt, daemon=True)
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        db.close()
+    helper.join(10)
+
+
 def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException | None]]:
     """Run `call` in a started daemon thread; the list then gets None if it returns, or what it raised."""
     outcome: list[BaseException | None] = []
@@ -739,26 +761,12 @@ def test_a_close_called_again_after_an_interrupt_waits_for_the_background_thread
     CPython 3.11 (bpo-45274's fix releases its lock); the thread, still flushing, then renamed and deleted files
     in a directory the store had let go, under the next store to open it (found by an audit).  close() now waits
     for an event the thread sets as it ends."""
-    import signal
-
     fs = GateFS(1)  # the background thread's flush, held at the gate
     db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
     db.put(b"k", b"1")
     flushing, _ = in_thread(db.flush)
     assert fs.reached.wait(10), "the background flush never started"
-    main = threading.get_ident()
-
-    def interrupt() -> None:
-        while not db._closing:
-            time.sleep(0.001)
-        time.sleep(0.05)  # close() now waits for the background thread
-        signal.pthread_kill(main, signal.SIGINT)
-
-    helper = threading.Thread(target=interrupt, daemon=True)
-    helper.start()
-    with pytest.raises(KeyboardInterrupt):
-        db.close()
-    helper.join(10)
+    interrupted_close(db)
     again, outcome = in_thread(db.close)
     again.join(0.3)
     assert again.is_alive() and not db.closed, "the second close() did not wait for the background thread"
@@ -845,24 +853,8 @@ def test_a_close_interrupted_while_it_waits_can_be_called_again_and_finishes(db_
     store marked as closing forever: every later close() waited for the first to finish and hung, and the
     directory stayed locked.  Now the interrupt propagates, the store stays closed to writes, and the next
     close() does the rest."""
-    import signal
-
     db, fs = store_with_compaction_at_the_gate(db_path)
-    main = threading.get_ident()
-
-    def interrupt_then_open_the_gate() -> None:
-        while not db._closing:
-            time.sleep(0.001)
-        time.sleep(0.05)  # close() now waits for the background thread
-        signal.pthread_kill(main, signal.SIGINT)
-        time.sleep(0.05)
-        fs.gate.set()
-
-    helper = threading.Thread(target=interrupt_then_open_the_gate, daemon=True)
-    helper.start()
-    with pytest.raises(KeyboardInterrupt):
-        db.close()
-    helper.join(10)
+    interrupted_close(db, then=fs.gate.set)
     with pytest.raises(minilsm.ClosedError):
         db.put(b"k", b"late")  # the store stays closed to writes
     again, outcome = in_thread(db.close)

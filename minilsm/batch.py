@@ -70,6 +70,11 @@ _FAILED: Final = "was spent by a write that raised (a batch is written at most o
 _DISCARDED: Final = "was discarded: its with-block raised, and nothing of it was written"
 
 
+def _spent(batch: WriteBatch) -> None:
+    """A closed batch's writer, in place of its store's: never called, as every write tests `_closed` first."""
+    raise batch._closed_error()
+
+
 def encode_batch(seq: int, ops: Sequence[Op]) -> bytes:
     """The payload of a batch whose first op gets sequence number `seq`.  O(total size).
 
@@ -406,7 +411,7 @@ class WriteBatch:
         finally:
             # Written or failed, the batch is spent: "exactly once" is simpler
             # to reason about than a retry that might apply it twice.
-            self._closed = True
+            self._close()
 
     def _closed_error(self) -> ClosedError:
         return ClosedError(f"write batch {self._spent}")
@@ -429,7 +434,14 @@ class WriteBatch:
             self._ops.clear()
             self._size = BATCH_HEADER_SIZE
             self._spent = _DISCARDED
-            self._closed = True
+            self._close()
+
+    def _close(self) -> None:
+        # A spent batch lets go of its store: one left in a variable must not keep a store it outlives open (and
+        # its directory locked).  Not None: `_writer is None` means a standalone batch, whose answers differ.
+        self._owner = None
+        self._writer = _spent
+        self._closed = True
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""

@@ -977,6 +977,31 @@ def test_a_closed_iterator_lets_go_of_what_it_read(db_path: str, started: bool) 
     db.close()
 
 
+def test_a_spent_batch_lets_go_of_its_store(db_path: str) -> None:
+    """Was: a written or discarded batch still held its store (its owner, and its writer's closure), so a store
+    dropped without close() stayed open, its directory locked, as long as a batch variable lived."""
+    db = minilsm.DB(db_path)
+    with db.write_batch() as written:
+        written.put(b"a", b"1")
+    with pytest.raises(KeyError), db.prefixed_db(b"p/").write_batch() as discarded:
+        discarded.put(b"b", b"2")
+        raise KeyError("the block raised")
+    by_store = db.write_batch()
+    by_store.put(b"c", b"3")
+    db.write(by_store)
+    store = weakref.ref(db)
+    del db
+    gc.collect()
+    assert store() is None, "a spent batch keeps its store alive"
+    with minilsm.DB(db_path) as again:  # the dropped store's lock is released
+        assert list(again.iterator()) == [(b"a", b"1"), (b"c", b"3")]
+        for batch in (written, discarded.batch, by_store):
+            with pytest.raises(minilsm.ClosedError, match=r"written|discarded"):
+                batch.write()
+            with pytest.raises(minilsm.ClosedError):
+                again.write(batch)  # not "belongs to another store": it is spent, and says so
+
+
 def test_a_snapshot_of_a_closed_store_raises_closed_error_naming_the_store(db_path: str) -> None:
     db = minilsm.DB(db_path)
     db.put(b"k", b"v")

@@ -23,7 +23,11 @@ and reported in full:
 
 The new manifest replaces the old one in one rename, so a crash before it
 leaves the store as it was (the new tables are orphans the next open deletes),
-and a repair can simply run again.  The damaged files (a damaged manifest
+and a repair can simply run again.  A file that cannot be read counts as
+damaged, but not for a failure that says nothing of its bytes (too many open
+files, no memory, no permission): that stops the repair with `StoreIOError`
+before its new manifest, which a repair run again once the cause is fixed
+does not repeat.  The damaged files (a damaged manifest
 among them) are kept in ``lost/`` before that rename, not after it: each is
 hard-linked there (copied where a link cannot be made) and made durable while
 it keeps its own name, since from the rename on the store names none of them
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import heapq
 import itertools
 import os
@@ -396,5 +401,15 @@ def _remove_old_files(fs: FileSystem, path: str, names: list[str]) -> None:
     fs.sync_dir(path)
 
 
+# Failures of a read that are the machine's, not the file's: counted as damage, they would take a whole table or
+# log out of the store (into lost/) for want of a descriptor.
+_NOT_DAMAGE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.EACCES, errno.EPERM})
+
+
 def _detail(e: CorruptionError | OSError) -> str:
-    return e.detail if isinstance(e, CorruptionError) else f"cannot be read: {e}"
+    """What a finding says of the damage `e`; raises `e` again if it is no damage of the file's (`_NOT_DAMAGE`)."""
+    if isinstance(e, CorruptionError):
+        return e.detail
+    if e.errno in _NOT_DAMAGE:
+        raise e
+    return f"cannot be read: {e}"

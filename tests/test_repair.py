@@ -255,6 +255,50 @@ def test_the_offline_tools_turn_a_failed_file_operation_into_store_io_error(path
     assert contents(path) == {b"k": b"v"}
 
 
+@pytest.mark.parametrize(
+    ("kind", "which", "err"),
+    [
+        ("open", "table", errno.EMFILE),  # the file cache's open of a table
+        ("read", "table", errno.EACCES),  # its first read: the footer, as the table opens
+        ("read", "table's last", errno.ENOMEM),  # its last: a data block, amid the merge that writes new tables
+        ("read", "log", errno.ENFILE),
+        ("read", "MANIFEST", errno.EPERM),  # unread, it would make the repair read every table, dead ones too
+    ],
+)
+def test_a_read_failing_for_the_machine_not_the_file_stops_the_repair_and_damages_nothing(
+    path: str, kind: str, which: str, err: int
+) -> None:
+    """Was: every OSError of a read counted as damage, so too many open files (or no memory, or no permission)
+    took a whole, healthy table or log out of the store into lost/.  Now the repair stops with StoreIOError
+    before its new manifest, and once the cause is gone a repair finds the store whole."""
+    from faultfs import FaultFS
+
+    model = history(path, random.Random(3))
+    (log,) = [n for n in store_files(path) if n.endswith(".log")]
+    table = store_files(path)[0]
+    on = {"table": table, "table's last": table, "log": log, "MANIFEST": "MANIFEST"}[which]
+    nth = 1
+    if which == "table's last":
+        counting = FaultFS()
+        reads: list[str] = []
+        counting.on_call = lambda k, p: reads.append(p) if k == "read" and os.path.basename(p) == on else None
+        shutil.copytree(path, path + ".counted")
+        repair_store(path + ".counted", **small_options(fs=counting))
+        nth = len(reads)
+        assert nth > 2  # the premise: the footer's read, then more
+    before = {n: Path(path, n).read_bytes() for n in os.listdir(path) if n != "LOCK"}
+    fs = FaultFS()
+    fs.arm(kind, nth, err, sticky=True, on=on)
+    with pytest.raises(minilsm.StoreIOError, match="could not repair the store") as raised:
+        repair_store(path, **small_options(fs=fs))
+    assert isinstance(raised.value.__cause__, OSError) and raised.value.__cause__.errno == err
+    assert not os.path.exists(os.path.join(path, LOST_DIR))
+    assert {n: Path(path, n).read_bytes() for n in before} == before  # new orphan tables aside, as a crash leaves
+    report = repair_store(path, **small_options())
+    assert report.ok and report.findings == [] and report.moved == []
+    assert contents(path) == model
+
+
 def test_the_cli_repairs_and_says_what_it_lost(path: str, capsys: pytest.CaptureFixture[str]) -> None:
     history(path, random.Random(4), steps=300)
     assert main(["repair", path]) == EXIT_OK
@@ -548,7 +592,7 @@ def test_a_repair_failing_at_any_call_then_run_again_keeps_each_damaged_file_onc
     """An EIO at each of a repair's file-system calls in turn, and the repair run again: the store ends repaired
     and every damaged file's bytes are in lost/ exactly once, whatever the failed run left (a copy or link under
     its temporary name, a file kept, the new manifest in place).  Not the reads, nor the opens of the files the
-    repair reads: a file that cannot be read is damage, by design, and lost/ keeps it."""
+    repair reads: a file that cannot be read (EIO) is damage, by design, and lost/ keeps it."""
     from faultfs import KINDS, FaultFS
 
     damaged = damaged_store(path, "damaged")

@@ -46,6 +46,7 @@ import fcntl
 import json
 import os
 import pickle
+import re
 import secrets
 import select
 import signal
@@ -82,6 +83,7 @@ MAX_FAILURES: Final = 3
 one whose `sys.executable` is not a Python interpreter (an embedded Python)."""
 SCRATCH_PREFIX: Final = "compaction-"
 SCRATCH_SUFFIX: Final = ".tmp"
+_SCRATCH_NAME: Final = re.compile(re.escape(SCRATCH_PREFIX) + "[0-9a-f]{16}" + re.escape(SCRATCH_SUFFIX))
 
 
 def scratch_name() -> str:
@@ -90,7 +92,9 @@ def scratch_name() -> str:
 
 
 def is_scratch_name(name: str) -> bool:
-    return name.startswith(SCRATCH_PREFIX) and name.endswith(SCRATCH_SUFFIX)
+    """Whether `name` is one `scratch_name` makes, exactly: the open deletes such a directory with what it holds,
+    so a user's ``compaction-backup.tmp`` must not match."""
+    return _SCRATCH_NAME.fullmatch(name) is not None
 
 
 def remove_scratch(fs: FileSystem, scratch: str) -> None:

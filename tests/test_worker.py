@@ -90,6 +90,30 @@ def test_compactions_run_in_the_worker_and_the_store_reads_back_exactly(
     assert scratch_dirs(db_path) == []
 
 
+def test_only_a_scratch_directory_of_the_stores_own_name_is_removed(db_path: str) -> None:
+    """Was: any name starting "compaction-" and ending ".tmp" counted as a worker's scratch directory, so the
+    open deleted a user's ``compaction-backup.tmp/`` and what it held (found by a format audit)."""
+    from minilsm.destroy import destroy_store
+
+    with DB(db_path) as db:
+        db.put(b"k", b"v")
+    scratch = worker.scratch_name()
+    lookalikes = ["compaction-backup.tmp", "compaction-.tmp", "compaction-0123456789ABCDEF.tmp",
+                  "compaction-0123456789abcdef0.tmp", "compaction-0123456789abcde.tmp"]  # fmt: skip
+    for name in [scratch, *lookalikes]:
+        os.mkdir(os.path.join(db_path, name))
+        with open(os.path.join(db_path, name, "000001.sst"), "wb") as f:
+            f.write(b"someone's")
+    assert [f.file for f in check_store(db_path).findings] == [scratch]
+    with DB(db_path) as db:
+        assert db.get(b"k") == b"v"
+    assert sorted(n for n in os.listdir(db_path) if n.startswith("compaction-")) == sorted(lookalikes)
+    os.mkdir(os.path.join(db_path, scratch))
+    destroy_store(db_path)
+    assert sorted(os.listdir(db_path)) == sorted(lookalikes)
+    assert all(os.listdir(os.path.join(db_path, n)) == ["000001.sst"] for n in lookalikes)
+
+
 @pytest.mark.parametrize("snapshot", [False, True])
 def test_the_worker_keeps_and_drops_exactly_what_the_thread_does(
     tmp_path: os.PathLike[str], fresh_worker: worker.Worker, snapshot: bool

@@ -28,7 +28,7 @@ from minilsm.batch import LogChain
 from minilsm.db import LOCK_NAME
 from minilsm.errors import CorruptionError, LockError, NotFoundError, StoreIOError
 from minilsm.fs import DEFAULT_FS, FileSystem
-from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest
+from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, refuse_foreign_store
 from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_file_name
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
@@ -130,8 +130,10 @@ def closed_store(fs: FileSystem, path: str, doing: str) -> Iterator[list[str]]:
         names = []
     except OSError as e:
         raise StoreIOError(f"{path}: could not {doing} the store: {e}") from e
-    if MANIFEST_NAME not in names and not any(map(is_table_or_log, names)):
-        raise NotFoundError(f"no minilsm store at {path}")
+    if MANIFEST_NAME not in names:
+        refuse_foreign_store(path, names)  # which a repair would take for a damaged store, and a destroy remove
+        if not any(map(is_table_or_log, names)):
+            raise NotFoundError(f"no minilsm store at {path}")
     try:
         lock = fs.lock(f"{path}/{LOCK_NAME}")
     except BlockingIOError:

@@ -77,6 +77,7 @@ from minilsm.manifest import (
     ManifestState,
     ManifestWriter,
     read_manifest,
+    refuse_foreign_store,
     write_manifest,
 )
 from minilsm.memtable import MemTable
@@ -401,6 +402,7 @@ class DB(_Writes, _Scans):
         read = read_manifest(fs, path) if exists else ManifestRead(empty)
         state = read.state
         if not exists:
+            refuse_foreign_store(path, fs.listdir(path))  # before the files' names mislead: theirs are as ours
             if any(self._list_files()):
                 raise CorruptionError("table or log files present but no MANIFEST", manifest_path)
             # A new store's manifest comes before any other file of it: a crash while

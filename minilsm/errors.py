@@ -51,8 +51,9 @@ class IteratorInvalidError(Error):
 
 
 class NotFoundError(Error):
-    """The database does not exist and `create_if_missing` is false, or a checkpoint's target directory is in one
-    that does not exist."""
+    """The database does not exist and `create_if_missing` is false, or none can be made there (the path is a
+    file, or a directory holding LevelDB's or RocksDB's store), or a checkpoint's target directory is in one that
+    does not exist."""
 
 
 class ExistsError(Error):

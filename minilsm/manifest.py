@@ -31,20 +31,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import xxhash
 
-from minilsm.errors import CorruptionError
+from minilsm.errors import CorruptionError, NotFoundError
 from minilsm.fs import FileSystem, WritableFile
 from minilsm.keys import MAX_SEQUENCE
 from minilsm.sstable.builder import TableMeta
 from minilsm.wal import LogWriter, log_file_name, read_log
 
 MANIFEST_NAME: Final = "MANIFEST"
+_FOREIGN_MANIFEST: Final = re.compile(r"MANIFEST-[0-9]+")
+"""LevelDB's and RocksDB's manifests' names (`refuse_foreign_store`)."""
 FORMAT_VERSION: Final = 2
 """Version 2 is the log of snapshot and edits; version 1 (one checksummed JSON body, rewritten whole) is still read."""
 MAX_RECORD_SIZE: Final = 0xFFFF_FFFF
@@ -165,6 +168,23 @@ class ManifestWriter:
         log, self._log = self._log, None
         if log is not None:
             log.close()
+
+
+def refuse_foreign_store(dirname: str, names: Iterable[str]) -> None:
+    """Raise `NotFoundError` if the directory `dirname`, holding `names` and no ``MANIFEST``, holds LevelDB's or
+    RocksDB's store: their ``CURRENT`` file names a ``MANIFEST-NNNNNN``.
+
+    Their logs are named as minilsm's (``000003.log``), and RocksDB's tables too: taken for a damaged minilsm
+    store, such a directory would be repaired (its logs moved into ``lost/``) or destroyed.  O(len(names)).
+    """
+    names = set(names)
+    if "CURRENT" in names:
+        manifests = sorted(n for n in names if _FOREIGN_MANIFEST.fullmatch(n))
+        if manifests:
+            raise NotFoundError(
+                f"no minilsm store at {dirname}: it holds a LevelDB or RocksDB store (CURRENT, {manifests[-1]}), "
+                "which minilsm cannot read"
+            )
 
 
 def write_manifest(fs: FileSystem, dirname: str, state: ManifestState) -> None:

@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from storeutil import fast_tmp_dir, flip_byte, forge_block, small_options
 
 import minilsm
 from minilsm.check import check_store
-from minilsm.cli import EXIT_NEGATIVE, EXIT_OK, main
+from minilsm.cli import EXIT_ERROR, EXIT_NEGATIVE, EXIT_OK, main
 from minilsm.destroy import destroy_store
 from minilsm.repair import LOST_DIR, repair_store
 from minilsm.sstable import TableReader
@@ -470,6 +471,43 @@ def test_a_file_named_lost_stops_the_repair_before_it_changes_anything(path: str
     with pytest.raises(minilsm.Error, match="is in the way"):
         repair_store(path, **small_options())
     assert sorted(os.listdir(path)) == before
+
+
+def leveldb_directory(path: str) -> dict[str, bytes]:
+    """A directory as LevelDB leaves one (plyvel's, when plyvel is installed; else its file names by hand): its
+    files' bytes, by name."""
+    try:
+        import plyvel  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        os.makedirs(path)
+        for name, data in [("CURRENT", b"MANIFEST-000002\n"), ("MANIFEST-000002", b"\x00" * 50),
+                           ("000003.log", b"\x01" * 60), ("000005.ldb", b"\x02" * 70), ("LOCK", b""),
+                           ("LOG", b"log text\n")]:  # fmt: skip
+            Path(path, name).write_bytes(data)
+    else:
+        db = plyvel.DB(path, create_if_missing=True)
+        for i in range(3000):
+            db.put(b"%06d" % i, b"v" * 50)
+        db.close()
+    return {n: Path(path, n).read_bytes() for n in os.listdir(path)}
+
+
+def test_a_leveldb_directory_is_refused_by_the_store_and_every_tool_and_left_as_it_was(
+    path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: LevelDB's logs are named as minilsm's, so its directory looked like a minilsm store with a lost
+    manifest: the open said CorruptionError, whose answer is a repair, and the repair moved LevelDB's logs into
+    lost/ and wrote a store of its own there; a destroy removed its logs and LOCK."""
+    before = leveldb_directory(path)
+    assert "CURRENT" in before and any(n.endswith(".log") for n in before)
+    refused = f"no minilsm store at {path}: it holds a LevelDB or RocksDB store (CURRENT, MANIFEST-"
+    for call in (minilsm.DB, repair_store, check_store, destroy_store):
+        with pytest.raises(minilsm.NotFoundError, match=re.escape(refused)):
+            call(path)
+    for command in ("repair", "check"):
+        assert main([command, path]) == EXIT_ERROR
+        assert refused in capsys.readouterr().err
+    assert {n: Path(path, n).read_bytes() for n in os.listdir(path)} == before
 
 
 def test_destroy_leaves_a_foreign_directory_named_like_a_table_and_removes_the_rest(path: str) -> None:

@@ -470,6 +470,7 @@ def format_stats(s: DBStats) -> str:
             [
                 ("data-block reads", s.block_reads),
                 ("bytes read", size(s.block_bytes_read)),
+                ("file reads", s.file_reads),
                 ("block cache hits", s.block_cache_hits),
                 ("index loads", s.index_loads),
                 ("filter loads", s.filter_loads),

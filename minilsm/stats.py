@@ -33,9 +33,10 @@ class Stats:
     filter_negatives: int = 0
     filter_positives: int = 0
     filter_true_positives: int = 0
-    # table file I/O (counted in sstable.format: blocks in read_block, bytes in read_file_bytes)
+    # table file I/O (counted in sstable.format: blocks in read_block, bytes and reads in read_file_bytes)
     block_reads: int = 0
     block_bytes_read: int = 0
+    file_reads: int = 0
     block_cache_hits: int = 0
     index_loads: int = 0
     filter_loads: int = 0
@@ -91,6 +92,7 @@ class Stats:
         self.filter_true_positives += sign * other.filter_true_positives
         self.block_reads += sign * other.block_reads
         self.block_bytes_read += sign * other.block_bytes_read
+        self.file_reads += sign * other.file_reads
         self.block_cache_hits += sign * other.block_cache_hits
         self.index_loads += sign * other.index_loads
         self.filter_loads += sign * other.filter_loads
@@ -279,10 +281,15 @@ class DBStats:
     filter_true_positives: int
     # table file I/O
     block_reads: int
-    """Data blocks read from table files (block-cache hits are not reads); scans and compactions count too."""
+    """Data blocks read from table files and checked (block-cache hits are not reads); scans and compactions
+    count too.  A point read takes each in a read of its own; a long scan takes them from its readahead windows
+    as it reaches them, so blocks a window held past where the scan stopped count in `block_bytes_read` only."""
     block_bytes_read: int
     """Bytes read from table files, as the reads returned them: data blocks, a long scan's readahead windows (all
     of each, read by the scan or not), and index, filter, properties and footer when a table opens."""
+    file_reads: int
+    """Reads of table files, as made: one system call each (``pread``), or a slice of a mapped file.  A point read's
+    data block, a scan's block or readahead window, and the footer and metadata blocks when a table opens."""
     block_cache_hits: int
     index_loads: int
     filter_loads: int

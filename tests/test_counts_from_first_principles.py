@@ -110,7 +110,7 @@ def test_counters_match_the_key_sets_and_the_preads(seed: int) -> None:
     assert totals["false"] and totals["negative"] and totals["true"] and totals["newer only"]
     # Every positive reads exactly one block here (no block cache), except a true positive whose table ends
     # in versions too new for the read, which the index alone rules out: so reads <= positives.
-    assert s.block_reads == preads <= totals["false"] + totals["true"]
+    assert s.block_reads == s.file_reads == preads <= totals["false"] + totals["true"]
     assert s.tables_skipped_by_range == totals["range"]
     assert s.filter_negatives == totals["negative"]
     assert s.false_positives == totals["false"]
@@ -128,6 +128,43 @@ def test_counters_match_the_key_sets_and_the_preads(seed: int) -> None:
         assert t.filter_keys == len(held[t.number]) and t.expected_fpr == pytest.approx(theory, rel=1e-12)
         expected_fp += theory * (c["negative"] + c["false"])
     assert s.expected_fpr == pytest.approx(expected_fp / (totals["false"] + totals["negative"]), rel=1e-12)
+
+
+def test_file_reads_and_bytes_are_the_preads_through_opens_scans_and_compactions() -> None:
+    """`file_reads` and `block_bytes_read` against every pread of a table file: opens, point reads, scans that
+    read ahead (one stopped early, its window holding blocks it never took) and a compaction.  `block_reads`
+    counts blocks taken, which a scan takes from its windows: more than its preads, and fewer than a window's
+    blocks when it stops early."""
+    fs = PreadLog()
+    with fast_tmp_dir() as d:
+        opts: dict[str, Any] = dict(block_size=512, memtable_size=64 << 10, background=False, block_cache_size=0)
+        path = os.path.join(d, "db")
+        with DB(path, fs=fs, **opts) as db:
+            for i in range(3000):
+                db.put(b"k%05d" % i, b"v" * 100)
+        fs.reads.clear()
+        with DB(path, fs=fs, **opts) as db:
+            sizes = {f"{path}/{n}": os.path.getsize(f"{path}/{n}") for n in os.listdir(path) if n.endswith(".sst")}
+            phases = {
+                "reads": lambda: [db.get(b"k%05d" % i) for i in range(0, 3000, 7)],
+                "early stop": lambda: [kv for kv, _ in zip(db.iterator(), range(40), strict=False)],
+                "full scan": lambda: list(db.iterator()),
+                "reverse": lambda: list(db.iterator(reverse=True)),
+                "compaction": db.compact_range,
+            }
+            for phase, run in phases.items():
+                before, counted = len(fs.reads), db.stats()
+                run()
+                sizes.update({f"{path}/{n}": os.path.getsize(f"{path}/{n}") for n in os.listdir(path)})
+                made = [(p, o, n) for p, o, n in fs.reads[before:] if p.endswith(".sst")]
+                got = len(made), sum(max(0, min(n, sizes[p] - o)) for p, o, n in made)
+                now = db.stats()
+                assert (now.file_reads - counted.file_reads, now.block_bytes_read - counted.block_bytes_read) == got
+                blocks = now.block_reads - counted.block_reads
+                if phase == "early stop":  # the windows held more blocks than the scan took, each over 512 bytes
+                    assert 0 < len(made) < blocks and got[1] > 2 * 512 * blocks
+                if phase == "full scan":
+                    assert blocks > 2 * len(made)  # windows of several blocks
 
 
 def test_demo_figures_match_the_key_sets_and_the_preads(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -382,6 +382,7 @@ def test_open_reads_no_data_block(tmp: str) -> None:
     reader = open_table(tmp, stats=stats)
     assert (stats.block_reads, stats.index_loads, stats.filter_loads) == (0, 1, 1)
     assert stats.block_bytes_read == reader.file_size - reader.props.data_size
+    assert stats.file_reads == 4  # the footer, the index, the filter and the properties
     assert reader.block_reads == 0
 
 

@@ -99,13 +99,17 @@ def frame_block(contents: bytes, kind: int) -> bytes:
 
 
 def read_file_bytes(file: RandomAccessFile, offset: int, size: int, stats: Stats) -> bytes:
-    """One positioned read of a table file (a pread, or a slice of its mapping), counted in ``stats.block_bytes_read``.
+    """One positioned read of a table file (a pread, or a slice of its mapping), counted in ``stats.file_reads`` and
+    ``stats.block_bytes_read``.
 
-    The only code that reads a table file: blocks (`read_block`), the footer and a
-    scan's readahead windows (`Readahead`) all come through here, so that
-    ``block_bytes_read`` is exactly what the files gave.  O(size).
+    The only code through which a store, a compaction or a tool's `TableReader` reads a table file: blocks
+    (`read_block`), the footer and a scan's readahead windows (`Readahead`) all come through here, so that
+    ``file_reads`` and ``block_bytes_read`` are exactly the reads made and what the files gave.  (A checkpoint's
+    copy of a table where no hard link can be made, and a repair's comparison of two files, read whole files for
+    no store, and count nothing.)  O(size).
     """
     raw = file.pread(offset, size)
+    stats.file_reads += 1
     stats.block_bytes_read += len(raw)
     return raw
 

@@ -1944,6 +1944,23 @@ class _Relocked(_Unlocked):
             self._lock.release()
 
 
+class _ClosedSteps:
+    """A closed `DBIterator`'s steps: each raises `ClosedError`, where an iterator run out would stop, so that a
+    closed iterator does not pass for an empty one.  A loop running over the iterator holds its merge itself,
+    which `close` ends: such a loop stops."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> _ClosedSteps:
+        return self
+
+    def __next__(self) -> NoReturn:
+        raise ClosedError("the iterator is closed")
+
+
+_CLOSED_STEPS: Final = _ClosedSteps()
+
+
 class DBIterator(Generic[_Item]):
     """An ordered iterator over a fixed view of the store: `next`, and plyvel's `prev`, `seek`, `seek_to_start`
     and `seek_to_stop`.
@@ -2121,10 +2138,9 @@ class DBIterator(Generic[_Item]):
         self._move(self._stop, not self._reverse)
 
     def close(self) -> None:
-        """Release the view this iterator holds.  Further `next` calls, and loops already running, stop.
-
-        Once the store is closed, `next` raises `ClosedError` instead; a seek on a closed iterator raises
-        `ClosedError` either way.  Closing twice is harmless.
+        """Release the view this iterator holds.  Loops already running over it stop; from then on every use (a
+        step, a seek, a new loop) raises `ClosedError`, as plyvel's closed iterator raises `RuntimeError`.
+        Closing twice is harmless.
 
         A step running in another thread at this moment cannot be stopped from here: that
         thread's loop runs on to its end, and the view is held until the iterator is dropped.
@@ -2132,7 +2148,7 @@ class DBIterator(Generic[_Item]):
         if self._closed:
             return
         self._closed = True
-        self._it = iter(())
+        self._it = _CLOSED_STEPS
         try:
             self._gen.close()
         except ValueError:  # "generator already executing"

@@ -155,7 +155,8 @@ def test_iterator_and_range_misuse(db: minilsm.DB) -> None:
     it = db.iterator()
     next(it)
     it.close()
-    assert list(it) == []  # a closed iterator is exhausted, not an error
+    with pytest.raises(minilsm.ClosedError, match="the iterator is closed"):
+        list(it)  # an error, as plyvel's: a closed iterator must not pass for an empty one
 
 
 def test_closed_store_and_snapshot(db_path: str) -> None:

@@ -238,17 +238,21 @@ class _Writes:
     get: Callable[..., Any]
     put: Callable[..., None]
     delete: Callable[..., None]
+    _deletes_lock: Callable[[], threading.Lock]
+    """The lock each ``del view[key]`` holds from its check to its delete: the store's, for its views too."""
 
     def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
         self.put(key, value)
 
     def __delitem__(self, key: BytesLike) -> None:
         """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises)."""
-        # A write from another thread may land between the check and the delete; the outcome is
-        # still one that some order of the two calls gives, as with a dict shared between threads.
-        if self.get(key, _MISSING) is _MISSING:
-            raise KeyError(key)
-        self.delete(key)
+        # Two of these on one key in two threads must not both succeed, which no order of them gives (a dict's
+        # `del` is one step): the lock keeps another from deleting between this check and this delete.  Any other
+        # write landing there still gives an outcome of some order: it came first, and this deletes its value.
+        with self._deletes_lock():
+            if self.get(key, _MISSING) is _MISSING:
+                raise KeyError(key)
+            self.delete(key)
 
 
 class DB(_Writes, _Scans):
@@ -286,6 +290,7 @@ class DB(_Writes, _Scans):
         self._stats = Stats()
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
+        self._item_deletes = threading.Lock()
         self._closed = True
         self._closing = False
         self._close_running = False  # a close() is under way (`_closing` stays set if an interrupt stops it)
@@ -632,6 +637,7 @@ class DB(_Writes, _Scans):
         self._forked_from = os.getppid()
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
+        self._item_deletes = threading.Lock()  # as the mutex: a parent thread's ``del db[k]`` may have held it
         self._bg_done = self._bg_thread = None  # threads do not survive a fork
         self._closed = True
         self._closing = False
@@ -673,6 +679,9 @@ class DB(_Writes, _Scans):
         raise TypeError(f"a minilsm.DB cannot be pickled or copied; open {self.path!r} where it is used")
 
     # -- writing ----------------------------------------------------------------------
+
+    def _deletes_lock(self) -> threading.Lock:
+        return self._item_deletes
 
     def put(self, key: BytesLike, value: BytesLike, *, sync: bool | None = None) -> None:
         """Set `key` to `value`.  `sync=True` fsyncs the log before returning.
@@ -2470,6 +2479,9 @@ class PrefixedDB(_Writes, _Scans):
         return self.db.get(
             _prefixed(self.prefix, key), default, verify_checksums=verify_checksums, fill_cache=fill_cache
         )
+
+    def _deletes_lock(self) -> threading.Lock:
+        return self.db._item_deletes
 
     def put(self, key: BytesLike, value: BytesLike, *, sync: bool | None = None) -> None:
         self.db.put(_prefixed(self.prefix, key), value, sync=sync)

@@ -1015,3 +1015,35 @@ def test_memtables_flush_while_the_background_thread_merges(db_path: str, monkey
         check_invariants(db, sweep_first=True)
     with minilsm.DB(db_path, **small_options(background=True, compaction_worker=False)) as db:
         assert dict(db.iterator()) == model
+
+
+@pytest.mark.parametrize("via", ["store", "view"])
+def test_two_threads_deleting_one_key_by_del_do_not_both_succeed(db_path: str, via: str) -> None:
+    """``del db[key]`` checks, then deletes.  Was: nothing held the two together, so two threads deleting one key
+    both passed the check and both succeeded, an outcome no order of the two gives (found by an API audit).
+    Here the first waits between its check and its delete while the second runs."""
+    db = minilsm.DB(db_path)
+    db.put(b"p/k", b"v")
+    first = db if via == "store" else db.prefixed_db(b"p/")
+    second = db.prefixed_db(b"p/") if via == "store" else db  # the store and a view of it share the lock
+    checked, go_on = threading.Event(), threading.Event()
+    get = first.get
+
+    def get_then_wait(*args: Any, **kwargs: Any) -> Any:
+        value = get(*args, **kwargs)
+        checked.set()
+        go_on.wait(10)
+        return value
+
+    first.get = get_then_wait  # type: ignore[method-assign]
+    key = b"p/k" if first is db else b"k"
+    thread, outcome = in_thread(lambda: first.__delitem__(key))
+    assert checked.wait(10)
+    other, other_outcome = in_thread(lambda: second.__delitem__(b"k" if first is db else b"p/k"))
+    other.join(0.2)  # time for it to run through, were nothing holding it
+    go_on.set()
+    thread.join(10)
+    other.join(10)
+    assert [type(o).__name__ for o in outcome + other_outcome] == ["NoneType", "KeyError"]
+    assert b"p/k" not in db
+    db.close()

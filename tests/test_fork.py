@@ -96,15 +96,20 @@ def test_in_a_forked_child_the_store_is_closed_and_its_sweep_deletes_nothing_of_
     assert out.splitlines() == ["forked forked forked forked", "4000 " + repr(b"v" * 50) + " " + repr(b"w" * 50)]
 
 
-def test_a_forked_child_closes_at_once_though_a_parent_thread_held_the_store_mutex_at_the_fork(db_path: str) -> None:
-    """Was: the child inherited the mutex locked by a thread it does not have, and its close() waited forever."""
+@pytest.mark.parametrize("lock", ["_mutex", "_item_deletes"])
+def test_a_forked_child_closes_at_once_though_a_parent_thread_held_the_store_mutex_at_the_fork(
+    db_path: str, lock: str
+) -> None:
+    """Was: the child inherited the mutex locked by a thread it does not have, and its close() waited forever.
+    The lock of ``del db[key]`` too: the child's ``del``, the store's or a view's, raises ClosedError at once."""
     out = run_script(f"""
         import os, signal, threading, minilsm
         db = minilsm.DB({db_path!r})
         db.put(b"a", b"1")
+        view = db.prefixed_db(b"")
         held, release = threading.Event(), threading.Event()
         def hold():
-            with db._mutex:
+            with db.{lock}:
                 held.set()
                 release.wait()
         t = threading.Thread(target=hold)
@@ -113,6 +118,13 @@ def test_a_forked_child_closes_at_once_though_a_parent_thread_held_the_store_mut
         pid = os.fork()
         if pid == 0:
             signal.alarm(20)  # a hang ends the child with SIGALRM, which the parent reports
+            for store in (db, view):
+                try:
+                    del store[b"a"]
+                except minilsm.ClosedError:
+                    pass
+                else:
+                    os._exit(3)
             db.close()
             os._exit(0)
         release.set()

@@ -443,6 +443,36 @@ class WriteBatch:
         self._writer = _spent
         self._closed = True
 
+    def __copy__(self) -> WriteBatch:
+        """A batch of the same ops, in a list of its own: bound to the same store (and open, or spent, as this one
+        is) or standalone, as this one.  Written, either leaves the other as it was.  O(len(self))."""
+        twin = WriteBatch(_writer=self._writer, _sync=self._sync, _owner=self._owner, _transaction=self._transaction)
+        twin._ops = self._ops.copy()
+        twin._size, twin._spent, twin._closed = self._size, self._spent, self._closed
+        return twin
+
+    def __deepcopy__(self, memo: dict[int, object]) -> WriteBatch:
+        return self.__copy__()  # its ops are tuples of an int and bytes: nothing in them to copy deeper
+
+    def __reduce__(self) -> tuple[Callable[[list[Op]], WriteBatch], tuple[list[Op]]]:
+        """A standalone batch pickles as its ops.  A store's cannot: the store does not go with it."""
+        if self._writer is not None:
+            raise TypeError("a store's write batch cannot be pickled; a standalone WriteBatch can (append() this one)")
+        return _unpickled, (self._ops,)
+
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
         return f"WriteBatch(ops={len(self._ops)}, approximate_size={self._size}{state})"
+
+
+def _unpickled(ops: list[Op]) -> WriteBatch:
+    """A pickled batch's ops, checked again as `put` and `delete` check them: a pickle is bytes from anywhere."""
+    batch = WriteBatch()
+    for kind, key, value in ops:
+        if kind == KIND_VALUE:
+            batch.put(key, value)
+        elif kind == KIND_DELETE:
+            batch.delete(key)
+        else:
+            raise ValueError(f"a pickled write batch holds an op of unknown kind {kind!r}")
+    return batch

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import struct
+import warnings
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -231,3 +235,41 @@ def test_standalone_batch_is_reusable_and_not_a_context_manager() -> None:
     b.put(b"k2", b"v2")
     assert list(b) == [(KIND_VALUE, b"k2", b"v2")]
     assert repr(b) == f"WriteBatch(ops=1, approximate_size={b.approximate_size})"
+
+
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy])
+def test_a_copy_is_a_batch_of_its_own(how: Callable[[WriteBatch], WriteBatch]) -> None:
+    """Was: copy.copy shared the ops list, and a bound batch's count of writes: a put to the copy changed the
+    original, and the copy of a bound batch said it was open but raised "already written" (an API audit)."""
+    b = WriteBatch()
+    b.put(b"k", b"v")
+    twin = how(b)
+    twin.put(b"k2", b"v2")
+    assert list(b) == [(KIND_VALUE, b"k", b"v")] and len(twin) == 2
+    assert twin.approximate_size == b.approximate_size + OP_HEADER_SIZE + 4
+    written: list[list[tuple[int, bytes, bytes]]] = []
+    bound = WriteBatch(_writer=lambda batch: written.append(list(batch)))
+    bound.put(b"a", b"1")
+    bound_twin = how(bound)
+    bound_twin.delete(b"b")
+    bound.write()
+    assert bound.closed and not bound_twin.closed
+    bound_twin.write()  # bound to the same store, and not spent by the other's write
+    assert written == [[(KIND_VALUE, b"a", b"1")], [(KIND_VALUE, b"a", b"1"), (KIND_DELETE, b"b", b"")]]
+    spent = how(bound)
+    assert spent.closed
+    with pytest.raises(ClosedError, match="already written"):
+        spent.write()
+
+
+def test_a_standalone_batch_pickles_as_its_ops_and_a_stores_does_not_pickle() -> None:
+    b = WriteBatch()
+    b.put(b"", b"v")
+    b.delete(b"gone")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 3.12 and 3.13 deprecate pickling the itertools.count a batch holds
+        back = pickle.loads(pickle.dumps(b))
+    assert list(back) == list(b) and back.approximate_size == b.approximate_size and not back.closed
+    bound = WriteBatch(_writer=lambda batch: None)
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(bound)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minilsm.batch import LogChain
-from minilsm.db import LOCK_NAME
+from minilsm.db import LOCK_NAME, lock_holder
 from minilsm.errors import CorruptionError, LockError, NotFoundError, StoreIOError
 from minilsm.fs import DEFAULT_FS, FileSystem
 from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, refuse_foreign_store
@@ -136,8 +136,8 @@ def closed_store(fs: FileSystem, path: str, doing: str) -> Iterator[list[str]]:
             raise NotFoundError(f"no minilsm store at {path}")
     try:
         lock = fs.lock(f"{path}/{LOCK_NAME}")
-    except BlockingIOError:
-        raise LockError(f"{path} is open (by this or another process); close it to {doing} it") from None
+    except BlockingIOError as e:
+        raise LockError(f"{path} is open {lock_holder(e)}; close it to {doing} it") from None
     except OSError as e:
         raise StoreIOError(f"{path}: could not {doing} the store: taking its {LOCK_NAME}: {e}") from e
     try:

@@ -68,7 +68,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.fs import FileSystem
+from minilsm.fs import FileSystem, LockedInThisProcessError
 from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds, restate_closed
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, BytesLike, check_key, check_value
 from minilsm.manifest import (
@@ -116,6 +116,13 @@ _NO_GIL_WARNING = (
     "(docs/ARCHITECTURE.md, 'Threads'); run with PYTHON_GIL=1"
 )
 _Item = TypeVar("_Item")  # what a DBIterator yields: (key, value), or a key or a value
+
+
+def lock_holder(refused: BlockingIOError) -> str:
+    """Where the store is open whose LOCK `FileSystem.lock` refused, as a `LockError` says it after "is open"."""
+    if isinstance(refused, LockedInThisProcessError):
+        return "in this process"
+    return f"(its {LOCK_NAME} is held by another process)"
 
 
 @dataclass(frozen=True)
@@ -344,7 +351,7 @@ class DB(_Writes, _Scans):
             try:
                 self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
             except BlockingIOError as e:
-                raise LockError(f"{path} is already open (by this or another process): {e}") from None
+                raise LockError(f"{path} is already open {lock_holder(e)}") from None
             try:
                 # Asked again under the lock: another process may have created the store meanwhile.
                 self._recover(self._store_exists())

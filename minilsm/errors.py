@@ -39,7 +39,7 @@ class CorruptionError(Error):
 
 
 class LockError(Error):
-    """The database directory is held by another `DB` object or process."""
+    """The database directory is held by another `DB` object or process (the message says whether in this one)."""
 
 
 class ClosedError(Error):

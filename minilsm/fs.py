@@ -16,6 +16,7 @@ import mmap
 import os
 import stat
 import sys
+import threading
 from typing import Final, Protocol
 
 _WRITE_BUFFER: Final = 64 * 1024
@@ -45,6 +46,10 @@ class RandomAccessFile(Protocol):
 
 class FileLock(Protocol):
     def release(self) -> None: ...
+
+
+class LockedInThisProcessError(BlockingIOError):
+    """`FileSystem.lock` refused a lock that this process itself holds (through another open of the file)."""
 
 
 class FileSystem:
@@ -167,8 +172,9 @@ class FileSystem:
     def lock(self, path: str) -> FileLock:
         """Take an exclusive, non-blocking OS lock on `path` (created if missing).
 
-        Raises `BlockingIOError` at once when another process, or another open
-        file description in this process, holds it.
+        Raises `BlockingIOError` at once when the lock is held: `LockedInThisProcessError`
+        when this process holds it (a lock an override does not say that of is taken
+        for another process's).
         """
         return _PosixFileLock(path)
 
@@ -326,6 +332,26 @@ def is_mapped(file: RandomAccessFile) -> bool:
     return isinstance(file, _MappedFile)
 
 
+_held: set[tuple[int, int]] = set()
+"""(st_dev, st_ino) of every file this process holds a `_PosixFileLock` on, so that a refusal can say whose the
+lock is.  A file's, not its name's: a LOCK deleted and made again is another file, whose lock is another lock.
+Its file stays open while it is here, so its number is not given to another file meanwhile."""
+_held_mutex = threading.Lock()
+"""Guards `_held` and every lock and unlock with it, so that a refusal never sees a lock taken or let go but
+not yet (or no longer) listed."""
+
+
+def _forget_held_after_fork() -> None:
+    # A child's copies of the parent's locks stay the parent's (`_PosixFileLock`), and a thread of the parent
+    # may have held the mutex at the fork: the child has no thread to release it.
+    global _held_mutex
+    _held.clear()
+    _held_mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_held_after_fork)
+
+
 class _PosixFileLock:
     """An exclusive `flock` on a file, held until `release` (or until the object is collected).
 
@@ -335,28 +361,40 @@ class _PosixFileLock:
     copy of the lock only closes its own descriptor.
     """
 
-    __slots__ = ("_fd", "_pid")
+    __slots__ = ("_fd", "_file", "_pid")
 
     def __init__(self, path: str) -> None:
         self._fd = -1  # for __del__ if the lock below is refused
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            # flock locks belong to the open file description, so a second open
-            # in the same process is refused too (fcntl/POSIX locks would not be).
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
+            st = os.fstat(fd)
+            file = (st.st_dev, st.st_ino)
+            with _held_mutex:
+                try:
+                    # flock locks belong to the open file description, so a second open
+                    # in the same process is refused too (fcntl/POSIX locks would not be).
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise
+                    if file in _held:
+                        raise LockedInThisProcessError(e.errno, f"{path} is locked by this process") from e
+                    raise BlockingIOError(e.errno, f"{path} is locked by another process") from e
+                _held.add(file)
+        except OSError:
             os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise BlockingIOError(e.errno, f"{path} is locked by another process") from e
             raise
         self._fd = fd
+        self._file = file
         self._pid = os.getpid()
 
     def release(self) -> None:
         fd = self._fd
         if fd >= 0:
             if self._pid == os.getpid():
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                with _held_mutex:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    _held.discard(self._file)
             # Forgotten before it is closed: a release again after an interrupt here must not close the number
             # twice (by then it may be another file's).
             self._fd = -1

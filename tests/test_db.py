@@ -1014,11 +1014,14 @@ def test_a_snapshot_of_a_closed_store_raises_closed_error_naming_the_store(db_pa
 
 
 def test_second_open_is_refused_in_process_and_across_processes(db_path: str) -> None:
+    """The refusal says whose the lock is (was: "already open (by this or another process)" either way)."""
     with minilsm.DB(db_path) as db:
         db.put(b"k", b"v")
-        with pytest.raises(minilsm.LockError):
+        with pytest.raises(minilsm.LockError, match=re.escape(f"{db_path} is already open in this process")):
             minilsm.DB(db_path)
-        code = f"import minilsm\ntry:\n    minilsm.DB({db_path!r})\nexcept minilsm.LockError:\n    print('locked')\n"
+        with pytest.raises(minilsm.LockError, match=re.escape(f"{db_path} is open in this process; close it")):
+            check_store(db_path)
+        code = f"import minilsm\ntry:\n    minilsm.DB({db_path!r})\nexcept minilsm.LockError as e:\n    print(e)\n"
         out = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,
@@ -1026,8 +1029,33 @@ def test_second_open_is_refused_in_process_and_across_processes(db_path: str) ->
             timeout=60,
             env={**os.environ, "PYTHONPATH": os.getcwd()},
         )
-        assert out.stdout.strip() == "locked", out.stderr
+        assert out.stdout.strip() == f"{db_path} is already open (its LOCK is held by another process)", out.stderr
         assert db.get(b"k") == b"v"
+
+
+def test_a_lock_this_process_let_go_is_not_said_to_be_held_here_once_another_process_takes_it(db_path: str) -> None:
+    """What this process lists as its own locks follows each way of letting one go: a close, a failed open, a
+    store dropped without close(); else a refusal by another process's lock would say "in this process"."""
+    minilsm.DB(db_path).close()
+    os.remove(os.path.join(db_path, "MANIFEST"))  # its log left without it: the open fails under the lock
+    with pytest.raises(minilsm.CorruptionError):
+        minilsm.DB(db_path)
+    shutil.rmtree(db_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        minilsm.DB(db_path)  # dropped at once
+        gc.collect()
+    holder = f"import minilsm, sys\ndb = minilsm.DB({db_path!r})\nprint('open', flush=True)\nsys.stdin.read()\n"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    with subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                          text=True) as proc:  # fmt: skip
+        assert proc.stdout is not None and proc.stdin is not None
+        try:
+            assert proc.stdout.readline() == "open\n"
+            with pytest.raises(minilsm.LockError, match=re.escape("(its LOCK is held by another process)")):
+                minilsm.DB(db_path)
+        finally:
+            proc.stdin.close()
 
 
 def test_create_if_missing_and_error_if_exists(db_path: str) -> None:

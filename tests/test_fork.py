@@ -155,3 +155,40 @@ def test_a_forked_childs_copy_of_a_file_being_written_writes_nothing_when_it_clo
         print(open({path!r}, "rb").read())
     """)
     assert out.strip() == "b'once'"
+
+
+def test_in_a_forked_child_the_parents_store_is_held_by_another_process(db_path: str) -> None:
+    """The child's copy of the parent's lock stays the parent's (it closes without unlocking), so an open of the
+    store in the child is refused as held by another process, not as open in this one; once the parent closes
+    it, the child's own open makes it this process's."""
+    out = run_script(f"""
+        import os, minilsm
+        def refusal():
+            try:
+                minilsm.DB({db_path!r}).close()
+            except minilsm.LockError as e:
+                return str(e)
+            return "opened"
+        db = minilsm.DB({db_path!r})
+        to_child, to_parent = os.pipe(), os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            print("child:", refusal(), flush=True)
+            os.write(to_parent[1], b"x")
+            os.read(to_child[0], 1)  # until the parent has closed the store
+            with minilsm.DB({db_path!r}):
+                print("child:", refusal(), flush=True)
+            os._exit(0)
+        os.read(to_parent[0], 1)
+        print("parent:", refusal(), flush=True)
+        db.close()
+        os.write(to_child[1], b"x")
+        assert os.waitpid(pid, 0)[1] == 0
+        print("parent:", refusal())
+    """)
+    assert out.splitlines() == [
+        f"child: {db_path} is already open (its LOCK is held by another process)",
+        f"parent: {db_path} is already open in this process",
+        f"child: {db_path} is already open in this process",
+        "parent: opened",
+    ]

@@ -2197,12 +2197,14 @@ class RawIterator:
     the other way than the last starts a new merge, as LevelDB's re-seeks its sources.
     """
 
-    __slots__ = ("_after", "_closed", "_it", "_item")
+    __slots__ = ("_after", "_closed", "_it", "_item", "_why")
 
     def __init__(self, it: DBIterator[tuple[bytes, bytes]]) -> None:
         self._it = it
         self._item: tuple[bytes, bytes] | None = None
         self._after = True  # whether `_it` stands after `_item` (else before it)
+        self._why = "it was never placed; place it with a seek first"
+        """Why it stands on no item, while it does not: for `IteratorInvalidError` to say."""
         self._closed = False
 
     def valid(self) -> bool:
@@ -2250,14 +2252,20 @@ class RawIterator:
     def _land(self, *, forward: bool) -> None:
         self._item = None  # until the step below succeeds: an exception leaves the iterator not valid
         self._after = forward
-        with contextlib.suppress(StopIteration):  # past the end: not valid
+        # `_why` is set only when the step does not land, so that a step that does costs nothing more.
+        try:
             self._item = next(self._it) if forward else self._it.prev()
+        except StopIteration:  # past the end: not valid
+            self._why = f"it moved {'past the last' if forward else 'before the first'} one; place it again with a seek"
+        except BaseException:
+            self._why = "its last move failed; place it again with a seek"
+            raise
 
     def _current(self) -> tuple[bytes, bytes]:
         self._check()
         item = self._item
         if item is None:
-            raise IteratorInvalidError("the raw iterator stands on no item: place it with a seek first")
+            raise IteratorInvalidError(f"the raw iterator stands on no item: {self._why}")
         return item
 
     def _check(self) -> None:

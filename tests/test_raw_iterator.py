@@ -8,6 +8,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
+from faultfs import FaultFS
 from hypothesis import given, settings
 from storeutil import fast_tmp_dir, small_options
 
@@ -128,6 +129,38 @@ def test_snapshots_and_prefixed_views_give_raw_iterators_of_their_own_view(db_pa
         assert it.item() == (b"x", b"2")  # the key without its prefix, as the view's other reads give it
         it.next()
         assert not it.valid()
+
+
+def test_a_raw_iterator_on_no_item_says_why(db_path: str) -> None:
+    """Was: "place it with a seek first" in every case, though an iterator that ran off an end was placed."""
+    fs = FaultFS()
+    with minilsm.DB(db_path, **small_options(fs=fs, block_cache_size=0)) as db:
+        db.put(b"a", b"1")
+        db.flush()  # a table, whose reads can fail
+        it = db.raw_iterator()
+
+        def says(why: str) -> None:
+            for use in (it.key, it.next, it.prev):
+                with pytest.raises(minilsm.IteratorInvalidError, match=f"^the raw iterator stands on no item: {why}"):
+                    use()
+
+        says("it was never placed; place it with a seek first")
+        it.seek_to_first()
+        it.next()
+        says("it moved past the last one; place it again with a seek")
+        it.seek(b"b")
+        says("it moved past the last one")
+        it.seek_to_last()
+        it.prev()
+        says("it moved before the first one; place it again with a seek")
+        fs.arm("read", 1, sticky=True)
+        with pytest.raises(minilsm.StoreIOError):
+            it.seek_to_first()
+        fs.disarm()
+        says("its last move failed; place it again with a seek")
+        it.seek_to_first()
+        assert it.item() == (b"a", b"1")
+        it.close()
 
 
 def test_a_closed_raw_iterator_or_store_raises_closed_error(db_path: str) -> None:

@@ -69,6 +69,8 @@ def check_value(value: object) -> bytes:
 def _as_bytes(obj: object, what: str) -> bytes:
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return bytes(obj)
+    # Each type `BytesLike` takes is named: "must be bytes" would wrongly refuse the other two.
+    accepted = f"{what} must be bytes, bytearray or memoryview"
     if isinstance(obj, str):
-        raise TypeError(f"{what} must be bytes, not str; encode it first, e.g. {what}.encode()")
-    raise TypeError(f"{what} must be bytes, not {type(obj).__name__}")
+        raise TypeError(f"{accepted}, not str; encode it first, e.g. {what}.encode()")
+    raise TypeError(f"{accepted}, not {type(obj).__name__}")

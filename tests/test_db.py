@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import gc
 import itertools
 import os
@@ -845,10 +846,15 @@ def test_a_batch_touching_one_key_many_times_ends_with_its_last_op_everywhere(db
 
 def test_type_errors_and_size_limits_lose_nothing(db: minilsm.DB) -> None:
     db.put(b"keep", b"me")
-    with pytest.raises(TypeError, match="bytes, not str"):
+    with pytest.raises(TypeError, match=r"^key must be bytes, bytearray or memoryview, not str; encode it first"):
         db.put("k", b"v")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="bytes, not str"):
+    with pytest.raises(TypeError, match=r"^value must be bytes, bytearray or memoryview, not str; encode it first"):
         db.put(b"k", "v")  # type: ignore[arg-type]
+    # Was: "key must be bytes, not array", as if the bytearray and memoryview it takes were refused too.
+    with pytest.raises(TypeError, match=r"^key must be bytes, bytearray or memoryview, not array$"):
+        db.get(array.array("b", b"k"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"must be bytes, bytearray or memoryview, not int$"):  # as a key is
+        db.iterator(prefix=123)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         db.get(123)  # type: ignore[arg-type]
     with pytest.raises(TypeError):

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from minilsm import __version__
-from minilsm.check import check_store
+from minilsm.check import check_store, is_table_or_log
 from minilsm.db import DB
 from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
 from minilsm.errors import Error, NotFoundError
@@ -92,11 +92,31 @@ def _open(args: argparse.Namespace, *, create: bool = False, **options: Any) -> 
         )
     except NotFoundError:
         # The library's message names its create_if_missing option, which the command line has not got.
-        raise NotFoundError(f"no minilsm store at {os.path.abspath(args.path)} (put creates one)") from None
+        raise _no_store(args.path) from None
     except ValueError as e:
         # The options are valid (argparse checked them), so the store refused them: one with tables
         # below the default max_levels.  The store cannot be used with this command's options.
         raise Error(str(e)) from None
+
+
+def _no_store(path: str) -> NotFoundError:
+    """That `path` holds no store, with a hint that is true of it: `put` makes a store only in a directory, or
+    where one can be made, and not beside tables or logs whose MANIFEST is gone (it would refuse them)."""
+    path = os.path.abspath(path)
+    there = path  # the path, or else the nearest name above it that exists, under which `put` would make it
+    while not os.path.exists(there):
+        there = os.path.dirname(there)
+    try:
+        names = os.listdir(path) if there == path and os.path.isdir(path) else []
+    except OSError:
+        names = []  # not listable (no permission): permissions are left to `put`'s own error to name
+    if not os.path.isdir(there):
+        hint = "it is not a directory" if there == path else f"{there} is not a directory"
+    elif any(map(is_table_or_log, names)):
+        hint = "it holds tables or logs but no MANIFEST: minilsm repair rebuilds one"
+    else:
+        hint = "put creates one"
+    return NotFoundError(f"no minilsm store at {path} ({hint})")
 
 
 # -- commands ---------------------------------------------------------------------

@@ -301,6 +301,29 @@ def test_a_usage_error_names_an_oversized_key_clipped(capsys: pytest.CaptureFixt
     assert len(err) < 200 and err.count("\n") == 1  # one readable line, not the 70,000-byte key
 
 
+def test_no_store_hints_only_what_is_true_of_the_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: "(put creates one)" for every path without a store, though put makes none on or under a file (nor
+    even when asked to: `put FILE` said it too), nor beside tables or logs whose MANIFEST is gone."""
+    a_file = tmp_path / "file"
+    a_file.write_text("not a store\n")
+    orphans = tmp_path / "orphans"
+    build(str(orphans), 50)
+    (orphans / "MANIFEST").unlink()
+    for argv, hint in (
+        (["get", str(a_file), "k"], "it is not a directory"),
+        (["put", str(a_file), "k", "v"], "it is not a directory"),
+        (["get", str(a_file / "s"), "k"], f"{a_file} is not a directory"),
+        (["get", str(orphans), "k"], "it holds tables or logs but no MANIFEST: minilsm repair rebuilds one"),
+        (["get", str(tmp_path / "new" / "s"), "k"], "put creates one"),
+        (["get", str(tmp_path), "k"], "put creates one"),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert (code, err) == (EXIT_ERROR, f"minilsm {argv[0]}: no minilsm store at {argv[1]} ({hint})\n"), argv
+    assert run(capsys, "put", str(tmp_path / "new" / "s"), "k", "v")[0] == EXIT_OK  # as the hint said
+    assert run(capsys, "repair", str(orphans))[0] == EXIT_NEGATIVE  # the MANIFEST's loss, reported
+    assert run(capsys, "get", str(orphans), "key00000")[0] == EXIT_OK
+
+
 def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     with fast_tmp_dir() as d:
         code, _, err = run(capsys, "get", os.path.join(d, "nothing"), "k")

@@ -16,8 +16,9 @@ new log and a new manifest file replace the old ones.
 
 Exit status: 0 success; 1 a negative answer (``get``: no such key; ``check``:
 damage found); 2 a usage error (bad arguments, an invalid key); 3 the store
-could not be used (a `minilsm.Error`, such as damage, a held lock or a
-missing store, or an OS error), with the reason on stderr and no traceback.
+could not be used (a `minilsm.Error`, such as damage, a held lock, a
+missing store or table file, or an OS error), with the reason on stderr and no
+traceback.
 """
 
 from __future__ import annotations
@@ -277,6 +278,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
         dump = dump_table(DEFAULT_FS, args.file, entries=args.entries, limit=args.limit)
     except ValueError as e:  # not a table file name
         raise UsageError(str(e)) from None
+    except (FileNotFoundError, NotADirectoryError):
+        # Said as a missing store is, not as the bare "[Errno 2]" of the open.
+        raise NotFoundError(f"no table file at {os.path.abspath(args.file)}") from None
     show = _show(args)
     if args.json:
         _print_json(dump.to_dict(show))
@@ -288,7 +292,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     # Read as a file, without opening the store: an open would start a new manifest, without the edits.
     path = os.path.join(args.path, MANIFEST_NAME)
-    records, dropped = manifest_records(DEFAULT_FS.read_file(path), path)
+    try:
+        data = DEFAULT_FS.read_file(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise _no_store(args.path) from None  # as the commands that open the store say it
+    records, dropped = manifest_records(data, path)
     replay_manifest(records, path)  # damage is an error here, as at an open
     if args.json:
         _print_json({"records": records, "torn_bytes": dropped})

@@ -324,6 +324,25 @@ def test_no_store_hints_only_what_is_true_of_the_path(tmp_path: Path, capsys: py
     assert run(capsys, "get", str(orphans), "key00000")[0] == EXIT_OK
 
 
+def test_a_missing_manifest_or_table_file_is_said_as_a_missing_store_is(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: `manifest` and `dump` printed the bare "[Errno 2] No such file or directory" of their read, where the
+    commands that open the store say "no minilsm store at ..."."""
+    a_file = tmp_path / "file"
+    a_file.write_text("not a store\n")
+    nowhere = str(tmp_path / "nowhere")
+    for argv, said in (
+        (["manifest", nowhere], f"no minilsm store at {nowhere} (put creates one)"),
+        (["manifest", str(a_file)], f"no minilsm store at {a_file} (it is not a directory)"),
+        (["dump", f"{nowhere}/999999.sst"], f"no table file at {nowhere}/999999.sst"),
+        (["dump", f"{a_file}/999999.sst"], f"no table file at {a_file}/999999.sst"),
+        (["dump", f"{store}/999999.sst"], f"no table file at {store}/999999.sst"),
+    ):
+        assert run(capsys, *argv) == (EXIT_ERROR, "", f"minilsm {argv[0]}: {said}\n"), argv
+    assert run(capsys, "get", nowhere, "k")[2] == f"minilsm get: no minilsm store at {nowhere} (put creates one)\n"
+
+
 def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     with fast_tmp_dir() as d:
         code, _, err = run(capsys, "get", os.path.join(d, "nothing"), "k")

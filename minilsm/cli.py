@@ -38,7 +38,7 @@ from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
 from minilsm.errors import Error, NotFoundError
 from minilsm.fs import DEFAULT_FS
 from minilsm.keys import check_key, check_value
-from minilsm.manifest import MANIFEST_NAME, manifest_records, replay_manifest
+from minilsm.manifest import MANIFEST_NAME, foreign_store, manifest_records, replay_manifest
 from minilsm.options import Options
 from minilsm.repair import repair_store
 from minilsm.report import ShowKey, clip, dump_table, format_manifest, format_stats, format_tables, show_bytes, size
@@ -113,6 +113,8 @@ def _no_store(path: str) -> NotFoundError:
         names = []  # not listable (no permission): permissions are left to `put`'s own error to name
     if not os.path.isdir(there):
         hint = "it is not a directory" if there == path else f"{there} is not a directory"
+    elif (other := foreign_store(names)) is not None:
+        hint = f"it holds {other}, which minilsm cannot read"
     elif any(map(is_table_or_log, names)):
         hint = "it holds tables or logs but no MANIFEST: minilsm repair rebuilds one"
     else:

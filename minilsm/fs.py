@@ -336,9 +336,10 @@ _held: set[tuple[int, int]] = set()
 """(st_dev, st_ino) of every file this process holds a `_PosixFileLock` on, so that a refusal can say whose the
 lock is.  A file's, not its name's: a LOCK deleted and made again is another file, whose lock is another lock.
 Its file stays open while it is here, so its number is not given to another file meanwhile."""
-_held_mutex = threading.Lock()
+_held_mutex = threading.RLock()
 """Guards `_held` and every lock and unlock with it, so that a refusal never sees a lock taken or let go but
-not yet (or no longer) listed."""
+not yet (or no longer) listed.  Reentrant: an allocation while it is held may collect a dropped store, whose
+lock's `__del__` then releases it in this same thread."""
 
 
 def _forget_held_after_fork() -> None:
@@ -346,7 +347,7 @@ def _forget_held_after_fork() -> None:
     # may have held the mutex at the fork: the child has no thread to release it.
     global _held_mutex
     _held.clear()
-    _held_mutex = threading.Lock()
+    _held_mutex = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_forget_held_after_fork)

@@ -47,7 +47,7 @@ from minilsm.wal import LogWriter, log_file_name, read_log
 
 MANIFEST_NAME: Final = "MANIFEST"
 _FOREIGN_MANIFEST: Final = re.compile(r"MANIFEST-[0-9]+")
-"""LevelDB's and RocksDB's manifests' names (`refuse_foreign_store`)."""
+"""LevelDB's and RocksDB's manifests' names (`foreign_store`)."""
 FORMAT_VERSION: Final = 2
 """Version 2 is the log of snapshot and edits; version 1 (one checksummed JSON body, rewritten whole) is still read."""
 MAX_RECORD_SIZE: Final = 0xFFFF_FFFF
@@ -170,21 +170,26 @@ class ManifestWriter:
             log.close()
 
 
-def refuse_foreign_store(dirname: str, names: Iterable[str]) -> None:
-    """Raise `NotFoundError` if the directory `dirname`, holding `names` and no ``MANIFEST``, holds LevelDB's or
-    RocksDB's store: their ``CURRENT`` file names a ``MANIFEST-NNNNNN``.
+def foreign_store(names: Iterable[str]) -> str | None:
+    """What other engine's store a directory holding `names` is, said for a message; None if it is none.
 
-    Their logs are named as minilsm's (``000003.log``), and RocksDB's tables too: taken for a damaged minilsm
-    store, such a directory would be repaired (its logs moved into ``lost/``) or destroyed.  O(len(names)).
+    LevelDB's and RocksDB's ``CURRENT`` file names their ``MANIFEST-NNNNNN``.  Their logs are named as minilsm's
+    (``000003.log``), and RocksDB's tables too: taken for a damaged minilsm store, such a directory would be
+    repaired (its logs moved into ``lost/``) or destroyed.  O(len(names)).
     """
     names = set(names)
-    if "CURRENT" in names:
-        manifests = sorted(n for n in names if _FOREIGN_MANIFEST.fullmatch(n))
-        if manifests:
-            raise NotFoundError(
-                f"no minilsm store at {dirname}: it holds a LevelDB or RocksDB store (CURRENT, {manifests[-1]}), "
-                "which minilsm cannot read"
-            )
+    if "CURRENT" not in names:
+        return None
+    manifests = sorted(n for n in names if _FOREIGN_MANIFEST.fullmatch(n))
+    return f"a LevelDB or RocksDB store (CURRENT, {manifests[-1]})" if manifests else None
+
+
+def refuse_foreign_store(dirname: str, names: Iterable[str]) -> None:
+    """Raise `NotFoundError` if the directory `dirname`, holding `names` and no ``MANIFEST``, is another engine's
+    store (`foreign_store`)."""
+    other = foreign_store(names)
+    if other is not None:
+        raise NotFoundError(f"no minilsm store at {dirname}: it holds {other}, which minilsm cannot read")
 
 
 def write_manifest(fs: FileSystem, dirname: str, state: ManifestState) -> None:

@@ -1052,7 +1052,7 @@ def test_a_lock_this_process_let_go_is_not_said_to_be_held_here_once_another_pro
         minilsm.DB(db_path)  # dropped at once
         gc.collect()
     holder = f"import minilsm, sys\ndb = minilsm.DB({db_path!r})\nprint('open', flush=True)\nsys.stdin.read()\n"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(minilsm.__file__))}
     with subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                           text=True) as proc:  # fmt: skip
         assert proc.stdout is not None and proc.stdin is not None
@@ -1062,6 +1062,28 @@ def test_a_lock_this_process_let_go_is_not_said_to_be_held_here_once_another_pro
                 minilsm.DB(db_path)
         finally:
             proc.stdin.close()
+
+
+def test_a_store_collected_while_this_thread_lists_a_lock_lets_go_of_its_own(db_path: str) -> None:
+    """A lock's list of this process's locks is guarded by a mutex that an allocation can be made under, and an
+    allocation may collect a dropped store, whose lock's `__del__` releases it in the same thread: with a plain
+    lock that release waited on itself for ever."""
+    from minilsm import fs
+
+    db = minilsm.DB(db_path)
+    lock = db._file_lock
+    done = threading.Event()
+
+    def release_under_the_mutex() -> None:
+        with fs._held_mutex:  # as when a collection runs inside the locked section
+            lock.release()
+        done.set()
+
+    threading.Thread(target=release_under_the_mutex, daemon=True).start()
+    assert done.wait(10), "a lock released while its own thread held the list's mutex hung"
+    db._file_lock = lock  # released already: close's release again does nothing
+    db.close()
+    minilsm.DB(db_path).close()  # let go, and no longer listed as held here
 
 
 def test_create_if_missing_and_error_if_exists(db_path: str) -> None:

@@ -507,6 +507,9 @@ def test_a_leveldb_directory_is_refused_by_the_store_and_every_tool_and_left_as_
     for command in ("repair", "check"):
         assert main([command, path]) == EXIT_ERROR
         assert refused in capsys.readouterr().err
+    for args in (["get", path, "k"], ["put", path, "k", "v"], ["manifest", path]):  # the CLI's own message
+        assert main(args) == EXIT_ERROR
+        assert "(it holds a LevelDB or RocksDB store (CURRENT, MANIFEST-" in capsys.readouterr().err
     assert {n: Path(path, n).read_bytes() for n in os.listdir(path)} == before
 
 

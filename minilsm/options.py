@@ -132,6 +132,8 @@ class Options:
                     raise ValueError(f"{f.name} is too large for a float (a {v.bit_length()}-bit int)") from None
         if not isinstance(self.fs, FileSystem):
             raise TypeError(f"fs must be a minilsm.fs.FileSystem, not {type(self.fs).__name__}")
+        if not isinstance(self.compaction_style, str):  # a wrong type, as for the numbers; a wrong name below
+            raise TypeError(f"compaction_style must be a str, not {type(self.compaction_style).__name__}")
         # Past ~43 bits per key k stays at 30 (MAX_K): more bits still lower the rate (1e-9 at 43, 3e-18 at 100),
         # just less than they would at the optimal k; far past it, a filter exhausts memory.
         need(0 <= self.bits_per_key <= 100, f"bits_per_key must be in [0, 100], got {self.bits_per_key}")

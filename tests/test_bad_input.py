@@ -292,6 +292,8 @@ def test_a_store_its_snapshots_and_iterators_cannot_be_pickled_or_copied(db: min
         ({"background": 1}, TypeError),
         ({"fs": None}, TypeError),
         ({"compaction_style": "universal"}, ValueError),
+        ({"compaction_style": 5}, TypeError),  # was ValueError: a wrong type is a TypeError, as for the others
+        ({"compaction_style": None}, TypeError),
         ({"level0_stop_writes_trigger": 1, "level0_compaction_trigger": 4}, ValueError),
         ({"no_such_option": 1}, TypeError),
     ],

@@ -165,15 +165,18 @@ _TABLE_OUTCOMES: Final = {
 
 @dataclass(frozen=True, slots=True)
 class TraceStep:
-    """One place a read looked: the memtables, or one table, and what happened there.
+    """One place a read looked: the memtables, one table, or a level none of whose tables can hold the key, and
+    what happened there.
 
     `outcome` is the read path's own word: for the memtables ``miss``, ``found``
     or ``tombstone``; for a table ``skipped_by_range``, ``filter_negative``,
-    ``found``, ``tombstone``, ``false_positive`` or ``not_visible``.
+    ``found``, ``tombstone``, ``false_positive`` or ``not_visible``; for a level
+    ``past_last_table`` (the key sorts after its last table's largest key, so
+    no table of it is probed and no table counts as considered).
     """
 
     source: str
-    """``memtable``, ``immutable memtable`` (the frozen one), ``memtables`` (both missed) or ``table``."""
+    """``memtable``, ``immutable memtable`` (the frozen one), ``memtables`` (both missed), ``table`` or ``level``."""
     outcome: str
     level: int | None = None
     number: int | None = None
@@ -191,6 +194,8 @@ class TraceStep:
 
     def render(self, show_key: ShowKey = show_bytes) -> str:
         """One line, such as ``L2 000015.sst: filter: maybe -> index -> block 3 read -> found``."""
+        if self.source == "level":
+            return f"L{self.level}: skipped by range (the level ends at {show_key(self.largest)})"
         if self.source != "table":
             where = "memtable, immutable memtable" if self.source == "memtables" else self.source
             return f"{where}: {self.outcome}"
@@ -209,6 +214,8 @@ class TraceStep:
 
     def to_dict(self, show_key: ShowKey = bytes.hex) -> dict[str, Any]:
         d: dict[str, Any] = {"source": self.source, "outcome": self.outcome, "text": self.render(show_key)}
+        if self.source == "level":
+            d.update(level=self.level, largest=show_key(self.largest))
         if self.source == "table":
             d.update(
                 level=self.level,
@@ -281,6 +288,9 @@ def read_trace(key: bytes, seq: int, value: bytes | None, trace: Trace, version:
     steps = []
     for d in trace:
         outcome = str(d["outcome"])
+        if "level" in d:  # a level none of whose tables can hold the key
+            steps.append(TraceStep("level", outcome, cast(int, d["level"]), largest=cast(bytes, d["largest"])))
+            continue
         if "file" not in d:
             source = str(d["where"])
             steps.append(TraceStep("memtables" if source != "memtable" and outcome == "miss" else source, outcome))

@@ -116,6 +116,11 @@ class Version:
                 found = tables[i].get(key, h, seq, trace, fill_cache)
                 if found is not None:
                     return found
+            elif trace is not None:
+                # The key sorts after the level's last table: no table of it is probed, which a trace says rather
+                # than leave the level out as if it had not been looked at.
+                n = next(n for n, level in enumerate(self.levels) if level is tables)
+                trace.append({"level": n, "outcome": "past_last_table", "largest": largest[-1]})
         return None
 
     def approximate_offset(self, key: bytes | None) -> int:

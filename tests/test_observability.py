@@ -360,6 +360,14 @@ def test_explain_walks_the_real_read_path(db_path: str) -> None:
         assert text.startswith("get k000012 at sequence") and "-> found" in text and "memtable: miss" in text
         assert ("filter: no (read avoided)" in str(missing)) == (missing.reads_avoided > 0)
         json.dumps(found.to_dict())
+        # Was: a level whose tables all end before the key was left out of the trace, as if never looked at.
+        past = db.explain(key(99999))
+        deeper = sorted({level for level, _ in db.version.tables() if level > 0})
+        assert deeper and [s.level for s in past.steps if s.source == "level"] == deeper
+        assert all(s.outcome == "past_last_table" for s in past.steps if s.source == "level")
+        last = max(r.largest for level, r in db.version.tables() if level == deeper[-1])
+        assert f"L{deeper[-1]}: skipped by range (the level ends at {last.decode()})" in str(past)
+        assert json.loads(json.dumps(past.to_dict()))["steps"][-1]["largest"] == last.hex()
 
 
 def test_explain_tells_a_block_read_from_a_block_cache_hit(db_path: str) -> None:

@@ -200,8 +200,9 @@ class MemTable:
     ) -> list[bytes]:
         """Up to `n` keys of the range, after sorting in the keys added since the last copy.
 
-        O(log n + n) per chunk, plus the merge of waiting keys: O(m log m) for m of
-        them, or a C sort of all keys when m is a quarter of them or more.
+        O(log n + n) per chunk, plus the merge of the m waiting keys into the n
+        sorted ones: O(m log n) inserted one by one, or a C sort of all keys when m is
+        a quarter of them or more.
         """
         with self._keys_lock:
             pending = self._pending
@@ -223,7 +224,8 @@ class MemTable:
             return keys[first : min(end, first + n)]  # type: ignore[no-any-return]
 
     def entries(self) -> Iterator[tuple[bytes, int, bytes]]:
-        """Every version in internal order: what a flush writes to a table.  O(n) in total."""
+        """Every version in internal order: what a flush writes to a table.  O(n log n) for keys added since the
+        last sort (the first chunk sorts them in), O(n) for the rest."""
         return self.iter()
 
     def __getstate__(self) -> _State:

@@ -356,9 +356,12 @@ class DBStats:
     def space_amplification(self) -> float | None:
         """Table bytes / live bytes; None unless `live_bytes` was measured and is positive.
 
-        A fully compacted store sits a little above 1 (block framing, index and
-        filter); shadowed versions and tombstones waiting for compaction raise it.
-        Data still in the memtable counts as live but is in no table yet.
+        A fully compacted store sits above 1 by the table format's own bytes, about
+        26 an entry (its 16-byte header, 4-byte offset and hash bucket, then block
+        framing, index and 10-bit filter): 1.23 for 16-byte keys and 100-byte values,
+        1.56 for 16-byte keys and 31-byte values (measured on 100,000 keys).  Shadowed
+        versions and tombstones waiting for compaction raise it.  Data still in the
+        memtable counts as live but is in no table yet.
         """
         return ratio(self.table_bytes, self.live_bytes) if self.live_bytes else None
 

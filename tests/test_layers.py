@@ -24,18 +24,49 @@ def module_name(path: Path) -> str:
     return ".".join(("minilsm", *path.relative_to(PACKAGE).with_suffix("").parts))
 
 
-def imported(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, module) of every import of a minilsm module, at any depth (function-level imports too)."""
+def imported(tree: ast.AST, name: str, modules: set[str]) -> list[tuple[int, str]]:
+    """(line, module) of every import of a minilsm module by the module `name`, at any depth (function-level
+    imports too), relative ones (``from .. import db``) resolved, a name imported from a package
+    (``from minilsm.sstable import reader``) taken as its submodule where `modules` has one."""
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module is not None and node.module.startswith("minilsm"):
-            if node.module == "minilsm":  # `from minilsm import compaction`: the submodules
-                out += [(node.lineno, f"minilsm.{a.name}") for a in node.names]
-            else:
-                out.append((node.lineno, node.module))
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative to the importing module's package
+                package = name.split(".")[: -node.level]
+                base = ".".join([*package, *([base] if base else [])])
+            if base == "minilsm" or base.startswith("minilsm."):
+                for a in node.names:
+                    out.append((node.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base))
         elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("minilsm")]
+            out += [(node.lineno, a.name) for a in node.names if a.name == "minilsm" or a.name.startswith("minilsm.")]
     return out
+
+
+def package_layers(layers: dict[str, int]) -> dict[str, int]:
+    """A package (``minilsm.sstable``) imported whole stands for its modules: the highest of their layers."""
+    out: dict[str, int] = {}
+    for module, layer in layers.items():
+        package = module.rpartition(".")[0]
+        if package != "minilsm":
+            out[package] = max(out.get(package, 0), layer)
+    return out
+
+
+def test_relative_and_package_imports_are_resolved() -> None:
+    """The checker itself: an upward import written relative, or through a package, must not slip past it."""
+    modules = {"minilsm.db", "minilsm.bloom", "minilsm.sstable.reader", "minilsm.sstable.format"}
+    code = "from .. import db\nfrom . import format\nfrom ..bloom import x\nfrom minilsm.sstable import reader\n"
+    assert [t for _, t in imported(ast.parse(code), "minilsm.sstable.reader", modules)] == [
+        "minilsm.db",
+        "minilsm.sstable.format",
+        "minilsm.bloom",
+        "minilsm.sstable.reader",
+    ]
+    assert [t for _, t in imported(ast.parse("import minilsm.sstable"), "minilsm.db", modules)] == ["minilsm.sstable"]
+    assert package_layers({"minilsm.sstable.format": 1, "minilsm.sstable.reader": 3, "minilsm.db": 5}) == {
+        "minilsm.sstable": 3
+    }
 
 
 def test_the_table_names_every_module_and_no_module_imports_a_higher_layer() -> None:
@@ -43,11 +74,12 @@ def test_the_table_names_every_module_and_no_module_imports_a_higher_layer() -> 
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     assert sorted(modules) == sorted(layers), "docs/ARCHITECTURE.md's layer table and minilsm/ name other modules"
     upward = []
+    known = {**package_layers(layers), **layers}
     for name, path in modules.items():
-        for line, target in imported(ast.parse(path.read_text(), str(path))):
+        for line, target in imported(ast.parse(path.read_text(), str(path)), name, set(modules)):
             # `minilsm.__version__` and the like are the package's facade, not a module of the table.
-            if target in layers and layers[target] > layers[name]:
+            if target in known and known[target] > layers[name]:
                 upward.append(
-                    f"{path.relative_to(ROOT)}:{line} (layer {layers[name]}) imports {target} (layer {layers[target]})"
+                    f"{path.relative_to(ROOT)}:{line} (layer {layers[name]}) imports {target} (layer {known[target]})"
                 )
     assert not upward, upward

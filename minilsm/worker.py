@@ -28,7 +28,9 @@ middle of a job) can write only into its own scratch directory, which the next
 open deletes.
 
 One worker serves every store of the process, one job at a time (a second core
-is what it is for), started at the first job and ended at exit.  Jobs and
+is what it is for), started at the first job and ended at exit (`Worker.detach`:
+a store left open then does its jobs in its own thread, without a word, as
+without a worker; a job in hand is waited for a moment).  Jobs and
 results travel as pickles over the worker's stdin and stdout, each result with
 what the job counted (blocks read, versions dropped), failed or not.  If the
 worker cannot be started or dies, `WorkerUnavailableError` tells the store to run
@@ -78,6 +80,8 @@ SEND_BYTES: Final = 1 << 20
 ``F_SETPIPE_SZ``; its default is 64 KiB).  Each write lets go of the interpreter lock and must take it back,
 which can wait a switch interval (5 ms) for a thread that runs meanwhile: with a writer thread busy, a flush job
 of a 4 MiB memtable took 430-460 ms through 64 KiB at a time, against 160-195 ms through 1 MiB."""
+EXIT_WAIT: Final = 1.0
+"""Seconds that the exit waits for a job in hand to end (`Worker.detach`), and then for the idle worker to end."""
 MAX_FAILURES: Final = 3
 """A worker that fails this many jobs in a row (dies, or cannot start) is not tried again in this process; nor is
 one whose `sys.executable` is not a Python interpreter (an embedded Python)."""
@@ -238,6 +242,8 @@ class Worker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._failures = 0
         """Failures in a row; at `MAX_FAILURES` the stores stop asking (each failed try costs a process start)."""
+        self._detached = False
+        """Set at exit (`detach`): no job is taken from then on, and no worker started."""
 
     def run(
         self,
@@ -282,6 +288,9 @@ class Worker:
                 while not taken[-1]:  # another thread's job in hand
                     meanwhile()
                     taken.extend(map(self._lock.acquire, (True,), (MEANWHILE_EVERY,)))
+            # Asked with the lock held: `detach` sets `_detached` before it waits for the lock, so a job that
+            # takes the lock after that is refused here, not sent down the pipes `detach` closes (nor to a
+            # worker started for an exiting process).  Not a failure: nothing to say, nothing counted.
             if self.given_up:
                 raise WorkerUnavailableError("the compaction worker is given up", said=True)
             try:
@@ -437,8 +446,9 @@ class Worker:
             fcntl.fcntl(self._proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, SEND_BYTES)
         return self._proc
 
-    def _end(self, kill: bool) -> None:
-        """Close the pipes; the worker then exits after the job in hand, or at once when killed."""
+    def _end(self, kill: bool, wait: float = 10) -> None:
+        """Close the pipes; the worker then exits after the job in hand, or at once when killed (or when it has
+        not within `wait` seconds)."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -449,7 +459,7 @@ class Worker:
                 with contextlib.suppress(OSError):
                     f.close()
         try:
-            proc.wait(timeout=None if kill else 10)
+            proc.wait(timeout=None if kill else wait)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -460,19 +470,25 @@ class Worker:
             self._end(kill=False)
 
     def detach(self) -> None:
-        """At exit: close the pipe, and wait a moment for an idle worker to end.
+        """At exit: take no more jobs, and end the worker once the job in hand, if any, is done.
 
-        Without the lock: a daemon thread of a store left open may be waiting
-        on a job in hand, which the worker then finishes before it ends.
+        A store left open (`close()` never called) keeps its background thread, a daemon, running while the exit
+        handlers do, and it may be sending a job, waiting for the reply, or about to start one.  The pipes are
+        that job's until it lets go of the lock, so they are closed only by the holder of the lock: were they
+        closed under it, the job would fail on a closed pipe and be reported as the worker's failure, though the
+        worker was ended on purpose.  So later jobs are refused (`WorkerUnavailableError`, ``said=True``: the
+        store does them in its own thread, as without a worker, without a word), and the job in hand is waited
+        for up to `EXIT_WAIT` seconds.  One not done by then is left to the worker, which ends with this process
+        (its input ends, and it watches for it: `_end_when_orphaned`); its scratch directory goes at the store's
+        next open, and its store reopens with every acknowledged write, all of which are in the log.
         """
-        proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdout is None:
+        self._detached = True
+        if not self._lock.acquire(timeout=EXIT_WAIT):
             return
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1)
-            proc.stdout.close()
+        try:
+            self._end(kill=False, wait=EXIT_WAIT)  # an idle worker ends as its input does
+        finally:
+            self._lock.release()
 
     @property
     def descriptors(self) -> set[int]:
@@ -484,8 +500,9 @@ class Worker:
 
     @property
     def given_up(self) -> bool:
-        """True once `MAX_FAILURES` failures in a row have made this process stop starting workers."""
-        return self._failures >= MAX_FAILURES
+        """True once this process starts no more workers: after `MAX_FAILURES` failures in a row, or at exit
+        (`detach`)."""
+        return self._failures >= MAX_FAILURES or self._detached
 
     @property
     def pid(self) -> int | None:
@@ -535,6 +552,12 @@ def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
             data = _answer(pickle.load(jobs), fs)
         except EOFError:
             return
+        except pickle.UnpicklingError:
+            if _ended(jobs):
+                # The pickle stopped short because the store's process ended (or died) while it sent the job:
+                # at exit it does not wait long for a job in hand (`Worker.detach`).  Nobody waits for this one.
+                return
+            raise
         try:
             results.write(data)
             results.flush()
@@ -543,6 +566,16 @@ def serve(jobs: IO[bytes], results: IO[bytes]) -> None:
             with contextlib.suppress(OSError):
                 results.close()
             return
+
+
+def _ended(jobs: IO[bytes]) -> bool:
+    """Whether the writing end of the pipe `jobs` is closed (the store's process ended), asked without waiting."""
+    try:
+        ready = select.poll()
+        ready.register(jobs, select.POLLIN)
+        return any(events & select.POLLHUP for _, events in ready.poll(0))
+    except (OSError, ValueError):  # not a pipe (a test's bytes), or closed
+        return False
 
 
 def _answer(job: CompactionJob | FlushJob, fs: FileSystem) -> bytes:

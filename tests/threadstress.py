@@ -587,6 +587,15 @@ def _run(
     threads += [loop("lingerer", with_close("lingerer", lingerer))]
     close_at = rng.uniform(0.5, 1.0) * ep.duration
     stop.wait(close_at)
+    # On a loaded machine the writers may not have filled a memtable by then (the suite's test failed so, with
+    # two other test runs beside it): the epoch runs on, at most 20 times its length, until there were flushes
+    # and a compaction for the threads to race with, which the tests take as their premise.
+    deadline = time.monotonic() + 20 * ep.duration
+    while not stop.is_set() and time.monotonic() < deadline:
+        s = db.stats()
+        if s.flushes > 2 and s.compactions > 0:
+            break
+        stop.wait(0.05)
     before_close = db.stats()
     if close_from != "own":
         close_now.set()

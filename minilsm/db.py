@@ -1003,15 +1003,15 @@ class DB(_Writes, _Scans):
         # In bytewise order the key right after k is k + b"\x00", so the open and closed ends
         # plyvel offers become the one half-open range every source understands.
         if start is not None:
-            start = check_key(start)
+            start = check_key(start, "start")
             if not include_start:
                 start += b"\x00"
         if stop is not None:
-            stop = check_key(stop)
+            stop = check_key(stop, "stop")
             if include_stop:
                 stop += b"\x00"
         if prefix is not None:
-            pstart, pstop = prefix_bounds(check_key(prefix))
+            pstart, pstop = prefix_bounds(check_key(prefix, "prefix"))
             start = pstart if start is None else max(start, pstart)
             stop = pstop if stop is None else (stop if pstop is None else min(stop, pstop))
         if not (include_key or include_value):
@@ -1116,8 +1116,8 @@ class DB(_Writes, _Scans):
         merged down once, top to bottom, as in LevelDB: writes that other threads
         make during the call may stay above, so the call ends however long they go on.
         """
-        start = None if start is None else check_key(start)
-        stop = None if stop is None else check_key(stop)
+        start = None if start is None else check_key(start, "start")
+        stop = None if stop is None else check_key(stop, "stop")
         self.flush()
         with self._mutex:
             while self._compacting:
@@ -2464,7 +2464,7 @@ def _prefixed(prefix: bytes, key: BytesLike, what: str = "key") -> bytes:
     The store's key limit is the whole key's, which a key within it may pass once prefixed: the ValueError then
     says so, where the store's own check would give the caller's key a length it does not have.  O(len(key)).
     """
-    whole = prefix + check_key(key)
+    whole = prefix + check_key(key, what)
     if len(whole) > MAX_KEY_SIZE:
         raise ValueError(
             f"{what} with the view's {len(prefix)}-byte prefix is {len(whole)} bytes; the maximum is {MAX_KEY_SIZE}"
@@ -2484,7 +2484,7 @@ class PrefixedDB(_Writes, _Scans):
 
     def __init__(self, db: DB, prefix: BytesLike) -> None:
         self.db = db
-        self.prefix = check_key(prefix)
+        self.prefix = check_key(prefix, "prefix")
 
     @overload
     def get(self, key: BytesLike, **kw: Unpack[_ReadOptions]) -> bytes | None: ...

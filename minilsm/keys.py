@@ -44,17 +44,18 @@ def trailer_kind(trailer: int) -> int:
     return trailer & 0xFF
 
 
-def check_key(key: object) -> bytes:
+def check_key(key: object, what: str = "key") -> bytes:
     """Validate a user key from the public API; returns it as immutable bytes.
 
     `bytes`, `bytearray` and `memoryview` are accepted (copied to `bytes`); `str` is
-    refused with a hint, since silently picking an encoding would be a guess.
+    refused with a hint, since silently picking an encoding would be a guess.  An error
+    names the argument as `what` (``"prefix"``, an iterator's ``"start"``).
     """
     if type(key) is bytes:
         if len(key) > MAX_KEY_SIZE:
-            raise ValueError(f"key is {len(key)} bytes; the maximum is {MAX_KEY_SIZE}")
+            raise ValueError(f"{what} is {len(key)} bytes; the maximum is {MAX_KEY_SIZE}")
         return key
-    return check_key(_as_bytes(key, "key"))
+    return check_key(_as_bytes(key, what), what)
 
 
 def check_value(value: object) -> bytes:

@@ -79,6 +79,23 @@ def test_wrong_types_raise_type_error_everywhere(db: minilsm.DB, bad: Any) -> No
             pytest.fail(f"call {i} accepted {bad!r}")
 
 
+def test_a_wrong_type_error_names_the_argument(db: minilsm.DB) -> None:
+    """Was: "key must be ..." for a bad prefix, start or stop too, which named no argument the call had."""
+    for call, what in (
+        (lambda: db.iterator(prefix=1), "prefix"),
+        (lambda: db.iterator(start="a"), "start"),
+        (lambda: db.iterator(stop=1), "stop"),
+        (lambda: db.prefixed_db(1), "prefix"),  # type: ignore[arg-type]
+        (lambda: db.prefixed_db(b"p/").iterator(start=1), "start"),
+        (lambda: db.compact_range(b"a", 1), "stop"),
+        (lambda: db.get(1), "key"),
+    ):
+        with pytest.raises(TypeError, match=f"^{what} must be bytes, bytearray or memoryview, not "):
+            call()
+    with pytest.raises(ValueError, match=r"^prefix is 70000 bytes"):
+        db.iterator(prefix=bytes(70_000))
+
+
 def test_bytes_like_arguments_are_accepted_and_copied(db: minilsm.DB) -> None:
     key, value = bytearray(b"ba"), bytearray(b"mutable")
     db.put(key, value)

@@ -414,8 +414,9 @@ class DB(_Writes, _Scans):
         read = read_manifest(fs, path) if exists else ManifestRead(empty)
         state = read.state
         if not exists:
-            refuse_foreign_store(path, fs.listdir(path))  # before the files' names mislead: theirs are as ours
-            if any(self._list_files()):
+            names = fs.listdir(path)
+            refuse_foreign_store(path, names)  # before the files' names mislead: theirs are as ours
+            if any(self._list_files(names)):
                 raise CorruptionError("table or log files present but no MANIFEST", manifest_path)
             # A new store's manifest comes before any other file of it: a crash while
             # creating the store then leaves either no store or one that opens.
@@ -1609,13 +1610,14 @@ class DB(_Writes, _Scans):
         """The oldest log still holding writes that no table has: replay starts here."""
         return self._imm_log_number if self._imm is not None else self._log.number
 
-    def _list_files(self) -> Iterator[tuple[int, str, bool]]:
-        """(number, "sst" or "log", temporary?) of each table or log file, by the names the store writes only.
+    def _list_files(self, names: list[str] | None = None) -> Iterator[tuple[int, str, bool]]:
+        """(number, "sst" or "log", temporary?) of each table or log file, by the names the store writes only,
+        among `names` (the directory's, listed here if not given).
 
         A look-alike name (a copy saved as ``1.log``) is not the store's: replaying it as log 1 would
         apply that log twice.
         """
-        for name in self._fs.listdir(self.path):
+        for name in self._fs.listdir(self.path) if names is None else names:
             tmp = name.endswith(TEMP_SUFFIX)
             base = name.removesuffix(TEMP_SUFFIX)
             number = parse_table_file_name(base)

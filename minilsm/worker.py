@@ -87,12 +87,15 @@ MAX_FAILURES: Final = 3
 one whose `sys.executable` is not a Python interpreter (an embedded Python)."""
 SCRATCH_PREFIX: Final = "compaction-"
 SCRATCH_SUFFIX: Final = ".tmp"
-_SCRATCH_NAME: Final = re.compile(re.escape(SCRATCH_PREFIX) + "[0-9a-f]{16}" + re.escape(SCRATCH_SUFFIX))
+_SCRATCH_TOKEN_BYTES: Final = 8
+_SCRATCH_NAME: Final = re.compile(
+    f"{re.escape(SCRATCH_PREFIX)}[0-9a-f]{{{2 * _SCRATCH_TOKEN_BYTES}}}{re.escape(SCRATCH_SUFFIX)}"
+)
 
 
 def scratch_name() -> str:
     """A fresh name for a job's scratch directory: unique, so no two jobs (nor a dead process's) share one."""
-    return f"{SCRATCH_PREFIX}{secrets.token_hex(8)}{SCRATCH_SUFFIX}"
+    return f"{SCRATCH_PREFIX}{secrets.token_hex(_SCRATCH_TOKEN_BYTES)}{SCRATCH_SUFFIX}"
 
 
 def is_scratch_name(name: str) -> bool:

@@ -270,7 +270,7 @@ class TableReader:
         try:
             found = block.get(key, h, target)
         except CorruptionError as e:
-            raise self._block_error(e, i) from e
+            raise self._block_damage(i, e.detail) from e
         if found is False:  # not in block i; only versions too new to see can lie in block i - 1
             self._miss(i > 0 and last_keys[i - 1] == key, trace, [i], [cached])
             return None
@@ -365,14 +365,14 @@ class TableReader:
                     yield reversed(entries) if reverse else entries
                     continue
             except CorruptionError as e:
-                raise self._block_error(e, i) from e
+                raise self._block_damage(i, e.detail) from e
             yield self._lazy_versions(block, i, lo, hi, reverse)
 
     def _lazy_versions(self, block: Block, i: int, lo: int, hi: int, reverse: bool) -> Iterator[Entry]:
         try:
             yield from block.versions(lo, hi, reverse)
         except CorruptionError as e:
-            raise self._block_error(e, i) from e
+            raise self._block_damage(i, e.detail) from e
 
     def _scan_block(self, i: int, ahead: Readahead | None) -> Block:
         if ahead is not None:
@@ -403,7 +403,7 @@ class TableReader:
         try:
             block = Block(contents)
         except CorruptionError as e:
-            raise self._block_error(e, i) from e
+            raise self._block_damage(i, e.detail) from e
         if block.last_trailer != self._last_trailers[i]:
             # The checksum vouches for the bytes, not for whose they are: a file replaced after the index was
             # read (another table copied over it), or a read the disk misdirected, can give a sound block of
@@ -411,7 +411,7 @@ class TableReader:
             # such a block ends in another version than the index names (RocksDB seeds its checksums with the
             # file and offset instead, which needs a format of its own).  About 0.15-0.25 us a block read from
             # disk, 2-3% of a present-key read without the block cache.
-            raise self._block_error(CorruptionError("its last version is not the one the index names"), i)
+            raise self._block_damage(i, "its last version is not the one the index names")
         return block
 
     def _open_file(self) -> RandomAccessFile:
@@ -441,11 +441,12 @@ class TableReader:
             entries = block.entries()
             check_versions(entries, after)
         except CorruptionError as e:
-            raise self._block_error(e, i) from e
+            raise self._block_damage(i, e.detail) from e
         return entries
 
-    def _block_error(self, e: CorruptionError, i: int) -> CorruptionError:
-        return CorruptionError(f"data block {i} at offset {self._offsets[i]}: {e.detail}", self.path)
+    def _block_damage(self, i: int, detail: str) -> CorruptionError:
+        """Damage found in data block `i`, named by its number and offset in this file."""
+        return CorruptionError(f"data block {i} at offset {self._offsets[i]}: {detail}", self.path)
 
     # -- checking and closing ---------------------------------------------------
 
@@ -471,12 +472,12 @@ class TableReader:
                 entries = Block(contents).entries()
                 check_versions(entries, prev)
             except CorruptionError as e:
-                raise self._block_error(e, i) from e
+                raise self._block_damage(i, e.detail) from e
             for key, trailer, value in entries:
                 if prev is None or key != prev[0]:
                     h = key_hash(key)
                     if not bloom.may_contain_hash(h):
-                        raise self._verify_error(i, f"the filter rejects key {key!r}, which the table holds")
+                        raise self._block_damage(i, f"the filter rejects key {key!r}, which the table holds")
                 rebuilt.add(key, trailer, value, h)
                 prev = (key, trailer)
                 seq, kind = trailer >> 8, trailer & 0xFF
@@ -485,12 +486,12 @@ class TableReader:
                 min_seq = seq if min_seq is None else min(min_seq, seq)
                 max_seq = seq if max_seq is None else max(max_seq, seq)
             if i == 0 and entries[0][0] != props.smallest:
-                raise self._verify_error(i, "first key differs from the smallest key in the properties")
+                raise self._block_damage(i, "first key differs from the smallest key in the properties")
             if prev != (index.last_keys[i], index.last_trailers[i]):
-                raise self._verify_error(i, "last version differs from the index entry")
+                raise self._block_damage(i, "last version differs from the index entry")
             # The layout is a function of the entries: this checks every offset and hash bucket.
             if rebuilt.finish() != contents:
-                raise self._verify_error(i, "offset array or hash index differs from what the entries imply")
+                raise self._block_damage(i, "offset array or hash index differs from what the entries imply")
         facts = (num_entries, num_deletions, min_seq, max_seq)
         if facts != (props.num_entries, props.num_deletions, props.min_seq, props.max_seq):
             raise CorruptionError(
@@ -498,9 +499,6 @@ class TableReader:
                 f"{(props.num_entries, props.num_deletions, props.min_seq, props.max_seq)}, the data holds {facts}",
                 self.path,
             )
-
-    def _verify_error(self, i: int, detail: str) -> CorruptionError:
-        return CorruptionError(f"data block {i} at offset {self._offsets[i]}: {detail}", self.path)
 
     def close(self) -> None:
         """Release the file if this reader holds it.  Data blocks cannot be read afterwards (`ClosedError`).

@@ -172,9 +172,11 @@ class FileSystem:
     def lock(self, path: str) -> FileLock:
         """Take an exclusive, non-blocking OS lock on `path` (created if missing).
 
-        Raises `BlockingIOError` at once when the lock is held: `LockedInThisProcessError`
-        when this process holds it (a lock an override does not say that of is taken
-        for another process's).
+        The lock is on the file that `path` names once it is taken: a file that
+        its last holder removed or replaced meanwhile is let go, and `path`
+        opened again.  Raises `BlockingIOError` at once when the lock is held:
+        `LockedInThisProcessError` when this process holds it (a lock an
+        override does not say that of is taken for another process's).
         """
         return _PosixFileLock(path)
 
@@ -332,6 +334,9 @@ def is_mapped(file: RandomAccessFile) -> bool:
     return isinstance(file, _MappedFile)
 
 
+_LOCK_TRIES: Final = 8
+"""Opens of a lock file before `FileSystem.lock` gives up on one removed or replaced each time it was locked."""
+
 _held: set[tuple[int, int]] = set()
 """(st_dev, st_ino) of every file this process holds a `_PosixFileLock` on, so that a refusal can say whose the
 lock is.  A file's, not its name's: a LOCK deleted and made again is another file, whose lock is another lock.
@@ -366,6 +371,14 @@ class _PosixFileLock:
 
     def __init__(self, path: str) -> None:
         self._fd = -1  # for __del__ if the lock below is refused
+        for _ in range(_LOCK_TRIES):
+            if self._take(path):
+                return
+        raise BlockingIOError(errno.EAGAIN, f"{path} was removed or replaced each time it was locked")
+
+    def _take(self, path: str) -> bool:
+        """Lock the file at `path`; False if, once locked, it was no longer the file there (removed or replaced
+        while this waited its turn: a lock on it would guard nothing that another open can see)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             st = os.fstat(fd)
@@ -381,13 +394,26 @@ class _PosixFileLock:
                     if file in _held:
                         raise LockedInThisProcessError(e.errno, f"{path} is locked by this process") from e
                     raise BlockingIOError(e.errno, f"{path} is locked by another process") from e
-                _held.add(file)
+                # The holder before this one may have removed the file as its last act (a destroyed store's
+                # LOCK, a failed checkpoint's staging directory), between this open and this flock.  The next
+                # open of `path` makes a new file, whose lock is free: this one would guard nothing.
+                try:
+                    now = os.stat(path)
+                except FileNotFoundError:
+                    now = None
+                stale = now is None or (now.st_dev, now.st_ino) != file
+                if not stale:
+                    _held.add(file)
         except OSError:
             os.close(fd)
             raise
+        if stale:
+            os.close(fd)  # and with it the lock
+            return False
         self._fd = fd
         self._file = file
         self._pid = os.getpid()
+        return True
 
     def release(self) -> None:
         fd = self._fd

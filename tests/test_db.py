@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import fcntl
 import gc
 import itertools
 import os
@@ -25,6 +26,7 @@ from storeutil import check_invariants, crash, small_options
 
 import minilsm
 from minilsm import db as db_module
+from minilsm import fs as fs_module
 from minilsm import iterators as iterators_module
 from minilsm.check import check_store
 from minilsm.fs import FileSystem
@@ -1084,6 +1086,57 @@ def test_a_store_collected_while_this_thread_lists_a_lock_lets_go_of_its_own(db_
     db._file_lock = lock  # released already: close's release again does nothing
     db.close()
     minilsm.DB(db_path).close()  # let go, and no longer listed as held here
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_lock_file_removed_or_replaced_before_its_lock_is_taken_is_opened_again(
+    db_path: str, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Was: the lock was taken on the file that the path no longer named, so another open made (or found) the
+    path's new file and locked that too: two stores open on one directory.  So it went when a destroy removed the
+    LOCK, its last act, while another process opened the store."""
+    minilsm.DB(db_path).close()
+    lock_path = os.path.join(db_path, "LOCK")
+    real_flock = fcntl.flock
+    meddled = []
+
+    def flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_EX and not meddled:  # after the open, before the lock: as the other holder acts
+            meddled.append(how)
+            if how == "removed":
+                os.remove(lock_path)
+            else:
+                with open(lock_path + ".new", "wb"):
+                    pass
+                os.replace(lock_path + ".new", lock_path)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fs_module.fcntl, "flock", flock)
+    with minilsm.DB(db_path) as db:
+        assert meddled == [how]
+        with pytest.raises(minilsm.LockError, match="already open in this process"):
+            minilsm.DB(db_path)  # the file now at the path is the one held
+        db.put(b"k", b"v")
+    with minilsm.DB(db_path) as db:
+        assert db.get(b"k") == b"v"
+
+
+def test_a_lock_file_removed_each_time_it_is_locked_is_refused_not_tried_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "LOCK")
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_EX:
+            os.remove(path)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fs_module.fcntl, "flock", flock)
+    with pytest.raises(BlockingIOError, match="removed or replaced each time it was locked"):
+        fs_module.DEFAULT_FS.lock(path)
+    monkeypatch.undo()
+    fs_module.DEFAULT_FS.lock(path).release()  # nothing of the tries is left held
 
 
 def test_create_if_missing_and_error_if_exists(db_path: str) -> None:

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minilsm.batch import LogChain
-from minilsm.db import LOCK_NAME, lock_holder
+from minilsm.db import lock_holder
 from minilsm.errors import CorruptionError, LockError, NotFoundError, StoreIOError
 from minilsm.fs import DEFAULT_FS, FileSystem
-from minilsm.manifest import MANIFEST_NAME, ManifestState, read_manifest, refuse_foreign_store
+from minilsm.manifest import LOCK_NAME, MANIFEST_NAME, ManifestState, read_manifest, refuse_foreign_store
 from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_file_name
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats

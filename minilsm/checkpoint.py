@@ -9,10 +9,11 @@ an ordinary store, from then on independent of the one it came from.
 
 The copy is built in a staging directory beside the target (``<target>.checkpoint.tmp``) and renamed into
 place once every file in it is durable, so a crash or a failure leaves either no target or a whole one; a
-staging directory that a crash left behind is cleared by the next checkpoint to the same target.  So a second
-checkpoint to a target that one is still writing is refused, as if the target existed: clearing the first's
-staging directory under it would let the first rename a part of a copy into place.  That is known only within
-this process; two processes checkpointing to one target at once are not kept apart (nor are RocksDB's).  O(tables).
+staging directory that a crash left behind is cleared by the next checkpoint to the same target.  A checkpoint
+holds a lock on the staging directory's ``LOCK`` (the store's lock file, which the copy keeps) from before it
+clears it until it is done, so a second checkpoint to a target that one is still writing, in this process or
+another, is refused, as if the target existed: clearing the first's staging directory under it would let the
+first rename a part of a copy into place.  (RocksDB does not keep two processes apart there.)  O(tables).
 """
 
 from __future__ import annotations
@@ -20,19 +21,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import threading
 
 from minilsm.errors import ExistsError, NotFoundError
-from minilsm.fs import FileSystem
-from minilsm.manifest import ManifestState, write_with_new_log
+from minilsm.fs import FileLock, FileSystem, LockedInThisProcessError
+from minilsm.manifest import LOCK_NAME, ManifestState, write_with_new_log
 from minilsm.sstable.format import table_file_name
 
 STAGING_SUFFIX = ".checkpoint.tmp"
 _COPY_CHUNK = 1 << 20
 
-_being_written: set[str] = set()
-"""The targets that checkpoints in this process are writing (`_being_written_lock` guards it)."""
-_being_written_lock = threading.Lock()
+_STAGING_TRIES = 3
+"""Makings of the staging directory before a checkpoint gives up on one removed each time before it was locked."""
 
 _NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP})
 """Why ``link(2)`` may refuse where a copy would do: another file system, one without hard links, a link count
@@ -43,26 +42,11 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
     """Make `target` (a directory that must not exist) a store holding `state`'s tables from `source`.
 
     `state` is the source's manifest as of the checkpoint: its tables must stay on disk until this returns
-    (the caller holds their `Version`).  Raises `ExistsError` if `target` exists, `NotFoundError` if its parent
-    directory does not, `ValueError` if it lies in the store's directory, and lets an `OSError` out (the
+    (the caller holds their `Version`).  Raises `ExistsError` if `target` exists or another checkpoint holds its
+    staging directory, `NotFoundError` if its parent directory does not, `ValueError` if it lies in the store's directory, and lets an `OSError` out (the
     target is then absent; or whole, if the sync of its parent failed after its rename into place and renaming
     it back failed too).
     """
-    added = False
-    try:
-        with _being_written_lock:
-            if target in _being_written:
-                raise ExistsError(f"{target}: another checkpoint is being written there")
-            _being_written.add(target)
-            added = True  # no call in between: an interrupt cannot leave the target listed for good
-        _write(fs, source, target, state)
-    finally:
-        if added:
-            with _being_written_lock:
-                _being_written.discard(target)
-
-
-def _write(fs: FileSystem, source: str, target: str, state: ManifestState) -> None:
     if fs.exists(target):
         raise _exists(target)
     parent = os.path.dirname(target)
@@ -76,9 +60,40 @@ def _write(fs: FileSystem, source: str, target: str, state: ManifestState) -> No
     real_source = os.path.realpath(source)
     if os.path.commonpath([os.path.realpath(staging), real_source]) == real_source:
         raise ValueError(f"{target}: a checkpoint cannot be made in the store's own directory {source}")
-    _remove_dir(fs, staging)  # what an earlier checkpoint to the same target left when it crashed
-    fs.makedirs(staging)
+    lock = _lock_staging(fs, target, staging)
     try:
+        _write(fs, source, target, staging, parent, state)
+    finally:
+        lock.release()
+
+
+def _lock_staging(fs: FileSystem, target: str, staging: str) -> FileLock:
+    """The staging directory made, or found as an earlier checkpoint left it, and its LOCK taken.
+
+    Raises `ExistsError` if another checkpoint holds it, or has renamed it into place meanwhile."""
+    for _ in range(_STAGING_TRIES):
+        fs.makedirs(staging)
+        try:
+            return fs.lock(f"{staging}/{LOCK_NAME}")
+        except FileNotFoundError:
+            # Another checkpoint that held it removed it (it failed) or renamed it into place (then the target
+            # exists) between the two calls: make it again, or be refused as the target exists.
+            if fs.exists(target):
+                raise _exists(target) from None
+        except BlockingIOError as e:
+            whose = "in this process" if isinstance(e, LockedInThisProcessError) else "in another process"
+            raise ExistsError(f"{target}: another checkpoint is being written there, {whose}") from None
+    raise ExistsError(f"{target}: another checkpoint there removed its staging directory {staging} each time")
+
+
+def _write(fs: FileSystem, source: str, target: str, staging: str, parent: str, state: ManifestState) -> None:
+    """Fill the staging directory, whose LOCK the caller holds, and rename it into place as `target`, durably."""
+    try:
+        if fs.exists(target):  # made since it was first looked for, by the checkpoint that held the lock before
+            raise _exists(target)
+        for name in fs.listdir(staging):  # what an earlier checkpoint to the same target left when it crashed
+            if name != LOCK_NAME:
+                fs.remove(f"{staging}/{name}")
         _fill(fs, source, staging, state)
         if fs.exists(target):  # made meanwhile: a rename could replace it if it is an empty directory
             raise _exists(target)

@@ -72,6 +72,7 @@ from minilsm.fs import FileSystem, LockedInThisProcessError
 from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds, restate_closed
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, BytesLike, check_key, check_value
 from minilsm.manifest import (
+    LOCK_NAME,
     MANIFEST_NAME,
     ManifestRead,
     ManifestState,
@@ -90,7 +91,6 @@ from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
 from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log
 
-LOCK_NAME: Final = "LOCK"
 SEEK_CHECK_INTERVAL: Final = 0.5
 """Seconds between the idle background thread's looks for a seek compaction (reads never wake it: they take
 no lock)."""
@@ -1187,9 +1187,10 @@ class DB(_Writes, _Scans):
         Flushes the memtable, then takes the live tables under the mutex; they stay on disk until the copy
         is made, and the writes other threads make meanwhile go on and stay out of it.  The tables are
         hard-linked, not copied (copied only across file systems), so the cost is the flush plus O(tables):
-        see `minilsm.checkpoint`.  Raises `ExistsError` if `path` exists, `NotFoundError` if the directory it
-        goes into does not, `ValueError` if it lies in the store's own directory; a failure leaves no directory
-        there (but a whole checkpoint, if it failed once in place and could not be taken back: `write_checkpoint`).
+        see `minilsm.checkpoint`.  Raises `ExistsError` if `path` exists or another checkpoint (in any process)
+        is being written there, `NotFoundError` if the directory it goes into does not, `ValueError` if it lies
+        in the store's own directory; a failure leaves no directory there (but a whole checkpoint, if it failed
+        once in place and could not be taken back: `write_checkpoint`).
         """
         target = os.path.abspath(os.fsdecode(path))
         self.flush()

@@ -13,8 +13,7 @@ import os
 from typing import Any
 
 from minilsm.check import closed_store, is_store_temp_file, is_table_or_log
-from minilsm.db import LOCK_NAME
-from minilsm.manifest import MANIFEST_NAME
+from minilsm.manifest import LOCK_NAME, MANIFEST_NAME
 from minilsm.options import Options
 from minilsm.worker import is_scratch_name, remove_scratch
 

@@ -46,6 +46,9 @@ from minilsm.sstable.builder import TableMeta
 from minilsm.wal import LogWriter, log_file_name, read_log
 
 MANIFEST_NAME: Final = "MANIFEST"
+LOCK_NAME: Final = "LOCK"
+"""The store's lock file, which an open store holds a `FileSystem.lock` on (so does a checkpoint's staging
+directory, whose copy of the store keeps it)."""
 _FOREIGN_MANIFEST: Final = re.compile(r"MANIFEST-[0-9]+")
 """LevelDB's and RocksDB's manifests' names (`foreign_store`)."""
 FORMAT_VERSION: Final = 2

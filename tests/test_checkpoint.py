@@ -6,6 +6,7 @@ import errno
 import itertools
 import os
 import shutil
+import subprocess
 import sys
 import threading
 from collections import Counter
@@ -19,7 +20,7 @@ from storeutil import check_invariants, fast_tmp_dir, small_options
 
 import minilsm
 from minilsm.checkpoint import STAGING_SUFFIX
-from minilsm.fs import FileSystem
+from minilsm.fs import FileLock, FileSystem
 
 
 def _load(db: minilsm.DB, n: int, tag: bytes = b"v") -> dict[bytes, bytes]:
@@ -365,6 +366,82 @@ def test_two_checkpoints_to_one_target_at_once_leave_it_whole(db_path: str) -> N
     assert outcomes == {"first": "made", "second": "ExistsError"}
 
 
+def test_a_checkpoint_another_process_is_writing_to_the_target_is_left_alone(db_path: str) -> None:
+    # Was: known only within a process, so a checkpoint cleared another process's staging directory as a crash's
+    # leftovers and filled it, and the other then renamed a part of a copy into place.
+    target = db_path + "-copy"
+    staging = target + STAGING_SUFFIX
+    other = (
+        "import os, sys\n"
+        "from minilsm.fs import DEFAULT_FS\n"
+        f"os.mkdir({staging!r})\n"
+        f"lock = DEFAULT_FS.lock({staging!r} + '/LOCK')\n"
+        f"open({staging!r} + '/000009.sst', 'wb').write(b'its table')\n"
+        "print('writing', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(minilsm.__file__))}
+    with minilsm.DB(db_path, **small_options()) as db:
+        model = _load(db, 300)
+        with subprocess.Popen(
+            [sys.executable, "-c", other], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+        ) as proc:
+            assert proc.stdout is not None and proc.stdin is not None
+            try:
+                assert proc.stdout.readline() == "writing\n"
+                with pytest.raises(minilsm.ExistsError, match="another checkpoint is being written there, in another"):
+                    db.checkpoint(target)
+                assert sorted(os.listdir(staging)) == ["000009.sst", "LOCK"]  # left as the other has it
+                assert not os.path.exists(target)
+            finally:
+                proc.stdin.close()
+        # The other is gone, its lock with it: what it left is a crash's leftovers, cleared.
+        db.checkpoint(target)
+    assert not os.path.exists(staging)
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+        check_invariants(copy)
+
+
+class _StagingGoesBeforeItsLock(FileSystem):
+    """Before the first lock of a staging directory's LOCK, does what another checkpoint that held it may do
+    between this one's making the directory and locking it: remove it (it failed) or rename it into place."""
+
+    def __init__(self, act: str) -> None:
+        self.act = act
+        self.done = False
+
+    def lock(self, path: str) -> FileLock:
+        staging = os.path.dirname(path)
+        if staging.endswith(STAGING_SUFFIX) and not self.done:
+            self.done = True
+            if self.act == "removed":
+                os.rmdir(staging)
+            else:
+                os.rename(staging, staging[: -len(STAGING_SUFFIX)])
+        return super().lock(path)
+
+
+@pytest.mark.parametrize("act", ["removed", "renamed into place"])
+def test_a_staging_directory_another_checkpoint_takes_away_before_the_lock_is_made_again_or_refused(
+    db_path: str, act: str
+) -> None:
+    target = db_path + "-copy"
+    fs = _StagingGoesBeforeItsLock(act)
+    with minilsm.DB(db_path, **small_options(fs=fs)) as db:
+        model = _load(db, 300)
+        if act == "removed":
+            db.checkpoint(target)
+        else:
+            with pytest.raises(minilsm.ExistsError, match="this path exists"):
+                db.checkpoint(target)
+        assert fs.done
+    assert not os.path.exists(target + STAGING_SUFFIX)
+    if act == "removed":
+        with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+            assert dict(copy.iterator()) == model
+
+
 def test_a_target_in_a_directory_that_does_not_exist_is_refused(db_path: str) -> None:
     # Was: the missing directories were made and never synced, so a power cut could take away a checkpoint that
     # had returned; and a checkpoint that failed left them behind.
@@ -458,6 +535,11 @@ def _failures(cuts: list[Cut]) -> list[Failure]:
     return out
 
 
+_LEFTOVER = ("000905.sst", "000909.log", "MANIFEST")
+"""What a crashed checkpoint left in its staging directory, for `CutConfig.leftover`: names the store's own calls
+never remove, so that a removal of one is the clearing of the leftovers."""
+
+
 def _cut_sweep(root: str, cfg: CutConfig, fail: Failure | None = None) -> tuple[Counter[str], list[Cut]]:
     """One checkpoint of a store of several tables and a memtable, with a copy of what a power cut would leave of
     the directory holding both taken before every call it makes (`PowerCuts`) and once it has returned (or raised);
@@ -468,7 +550,7 @@ def _cut_sweep(root: str, cfg: CutConfig, fail: Failure | None = None) -> tuple[
     source, target = f"{parent}/db", f"{parent}/copy"
     if cfg.leftover:
         os.mkdir(target + STAGING_SUFFIX)
-        for name in ("000005.sst", "000009.log", "MANIFEST"):
+        for name in _LEFTOVER:
             with open(f"{target}{STAGING_SUFFIX}/{name}", "wb") as f:
                 f.write(b"half a checkpoint")
     fs = (FaultFS if cfg.links else _NoLinks)(dir_ops=cfg.dir_ops, torn=cfg.torn, seed=cfg.seed)
@@ -494,7 +576,8 @@ def _cut_sweep(root: str, cfg: CutConfig, fail: Failure | None = None) -> tuple[
     if fail is None:
         kinds = {kind for kind, _ in power.calls}
         assert {"rename", "sync_dir", "mkdir", "link" if cfg.links else "write"} <= kinds, power.calls
-        assert ("rmdir" in kinds) == cfg.leftover
+        cleared = {name for kind, name in power.calls if kind == "remove"} & set(_LEFTOVER)
+        assert cleared == (set(_LEFTOVER) if cfg.leftover else set()), power.calls
     else:
         failed = os.path.basename(fs.faults[0].path) if fs.faults else None
         assert failed == os.path.basename(fail.path), f"{cfg}: {fail} is not the call that failed"

@@ -43,9 +43,9 @@ def write_checkpoint(fs: FileSystem, source: str, target: str, state: ManifestSt
 
     `state` is the source's manifest as of the checkpoint: its tables must stay on disk until this returns
     (the caller holds their `Version`).  Raises `ExistsError` if `target` exists or another checkpoint holds its
-    staging directory, `NotFoundError` if its parent directory does not, `ValueError` if it lies in the store's directory, and lets an `OSError` out (the
-    target is then absent; or whole, if the sync of its parent failed after its rename into place and renaming
-    it back failed too).
+    staging directory, `NotFoundError` if its parent directory does not, `ValueError` if it lies in the store's
+    directory, and lets an `OSError` out (the target is then absent; or whole, if the sync of its parent failed
+    after its rename into place and renaming it back failed too).
     """
     if fs.exists(target):
         raise _exists(target)

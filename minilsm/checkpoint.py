@@ -13,7 +13,9 @@ staging directory that a crash left behind is cleared by the next checkpoint to 
 holds a lock on the staging directory's ``LOCK`` (the store's lock file, which the copy keeps) from before it
 clears it until it is done, so a second checkpoint to a target that one is still writing, in this process or
 another, is refused, as if the target existed: clearing the first's staging directory under it would let the
-first rename a part of a copy into place.  (RocksDB does not keep two processes apart there.)  O(tables).
+first rename a part of a copy into place.  (RocksDB does not keep two processes apart there.)  The lock goes
+with the directory into place, so until the checkpoint returns, an open of the new store is refused as an open
+of a store open elsewhere is.  O(tables).
 """
 
 from __future__ import annotations
@@ -72,14 +74,18 @@ def _lock_staging(fs: FileSystem, target: str, staging: str) -> FileLock:
 
     Raises `ExistsError` if another checkpoint holds it, or has renamed it into place meanwhile."""
     for _ in range(_STAGING_TRIES):
-        fs.makedirs(staging)
         try:
+            fs.makedirs(staging)
             return fs.lock(f"{staging}/{LOCK_NAME}")
-        except FileNotFoundError:
+        except (FileExistsError, FileNotFoundError):
             # Another checkpoint that held it removed it (it failed) or renamed it into place (then the target
-            # exists) between the two calls: make it again, or be refused as the target exists.
+            # exists) between this one's mkdir and its look at what the mkdir met (`os.makedirs` then says the
+            # directory exists), or between the mkdir and the lock: make it again, or be refused as the target
+            # exists.
             if fs.exists(target):
                 raise _exists(target) from None
+            if fs.exists(staging) and not fs.is_dir(staging):
+                raise  # a file by that name, in the way: not another checkpoint's
         except BlockingIOError as e:
             whose = "in this process" if isinstance(e, LockedInThisProcessError) else "in another process"
             raise ExistsError(f"{target}: another checkpoint is being written there, {whose}") from None
@@ -91,9 +97,7 @@ def _write(fs: FileSystem, source: str, target: str, staging: str, parent: str, 
     try:
         if fs.exists(target):  # made since it was first looked for, by the checkpoint that held the lock before
             raise _exists(target)
-        for name in fs.listdir(staging):  # what an earlier checkpoint to the same target left when it crashed
-            if name != LOCK_NAME:
-                fs.remove(f"{staging}/{name}")
+        _remove_files(fs, staging)  # what an earlier checkpoint to the same target left when it crashed
         _fill(fs, source, staging, state)
         if fs.exists(target):  # made meanwhile: a rename could replace it if it is an empty directory
             raise _exists(target)
@@ -164,7 +168,20 @@ def _copy(fs: FileSystem, src: str, dst: str) -> None:
         reader.close()
 
 
+def _remove_files(fs: FileSystem, path: str) -> None:
+    """Remove the files in a checkpoint's directory but its LOCK, which the caller holds (no subdirectory)."""
+    for name in fs.listdir(path):
+        if name != LOCK_NAME:
+            fs.remove(f"{path}/{name}")
+
+
 def _remove_dir(fs: FileSystem, path: str) -> None:
-    """Remove a checkpoint's directory (staging, or one that failed), if it exists: files only, no subdirectory."""
+    """Remove a checkpoint's directory (staging, or one taken back), whose LOCK the caller holds, if it exists.
+
+    The LOCK goes after the other files, not in the order a listing gives: once its name is gone, another
+    checkpoint may lock a new LOCK there and fill the directory, and a file removed after that could be one of its
+    files, which it would rename into place without."""
     if fs.exists(path):
-        fs.remove_dir_and_files(path)
+        _remove_files(fs, path)
+        fs.remove(f"{path}/{LOCK_NAME}")
+        fs.remove_dir(path)

@@ -403,31 +403,46 @@ def test_a_checkpoint_another_process_is_writing_to_the_target_is_left_alone(db_
         check_invariants(copy)
 
 
-class _StagingGoesBeforeItsLock(FileSystem):
-    """Before the first lock of a staging directory's LOCK, does what another checkpoint that held it may do
-    between this one's making the directory and locking it: remove it (it failed) or rename it into place."""
+class _AnotherCheckpointActs(FileSystem):
+    """Does once what another checkpoint that held the staging directory may do between two calls of this one:
+    remove the directory (it failed) or rename it into place as the target.  `when`: before this one locks the
+    directory's LOCK, or under its mkdir, which meets the directory that is gone when `os.makedirs` looks again
+    (it then raises FileExistsError)."""
 
-    def __init__(self, act: str) -> None:
-        self.act = act
+    def __init__(self, when: str, act: str) -> None:
+        self.when, self.act = when, act
         self.done = False
+
+    def makedirs(self, path: str) -> None:
+        if self.when == "under its mkdir" and path.endswith(STAGING_SUFFIX) and not self.done:
+            os.mkdir(path)  # the other's
+            self._act(path)
+            raise FileExistsError(errno.EEXIST, "File exists", path)
+        super().makedirs(path)
 
     def lock(self, path: str) -> FileLock:
         staging = os.path.dirname(path)
-        if staging.endswith(STAGING_SUFFIX) and not self.done:
-            self.done = True
-            if self.act == "removed":
-                os.rmdir(staging)
-            else:
-                os.rename(staging, staging[: -len(STAGING_SUFFIX)])
+        if self.when == "before its lock" and staging.endswith(STAGING_SUFFIX) and not self.done:
+            self._act(staging)
         return super().lock(path)
+
+    def _act(self, staging: str) -> None:
+        self.done = True
+        if self.act == "removed":
+            os.rmdir(staging)
+        else:
+            os.rename(staging, staging[: -len(STAGING_SUFFIX)])
 
 
 @pytest.mark.parametrize("act", ["removed", "renamed into place"])
-def test_a_staging_directory_another_checkpoint_takes_away_before_the_lock_is_made_again_or_refused(
-    db_path: str, act: str
+@pytest.mark.parametrize("when", ["before its lock", "under its mkdir"])
+def test_a_staging_directory_another_checkpoint_takes_away_is_made_again_or_refused_as_the_target(
+    db_path: str, when: str, act: str
 ) -> None:
+    # Was, under the mkdir: StoreIOError "File exists", where the target existed (ExistsError) or nothing was in
+    # the way any more.
     target = db_path + "-copy"
-    fs = _StagingGoesBeforeItsLock(act)
+    fs = _AnotherCheckpointActs(when, act)
     with minilsm.DB(db_path, **small_options(fs=fs)) as db:
         model = _load(db, 300)
         if act == "removed":
@@ -440,6 +455,74 @@ def test_a_staging_directory_another_checkpoint_takes_away_before_the_lock_is_ma
     if act == "removed":
         with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
             assert dict(copy.iterator()) == model
+
+
+class _FailedCleanupMeetsTheNext(FileSystem):
+    """The first checkpoint (thread `failer`) fails at its rename into place; once its cleanup has removed the
+    staging directory's LOCK, it waits until a second checkpoint has locked a new one, filled the directory and
+    reached its own rename, which waits in turn for the cleanup to end.  Listings name LOCK first, as ext4's hash
+    order can (tmpfs, where the tests run, lists it last)."""
+
+    def __init__(self) -> None:
+        self.failer: threading.Thread | None = None
+        self.lock_gone, self.second_at_rename, self.cleanup_done = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(super().listdir(path), key=lambda name: name != "LOCK")
+
+    def rename(self, src: str, dst: str) -> None:
+        if src.endswith(STAGING_SUFFIX):
+            if threading.current_thread() is self.failer:
+                raise OSError(errno.EIO, "injected rename failure", dst)
+            self.second_at_rename.set()
+            self.cleanup_done.wait(10)
+        super().rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        super().remove(path)
+        if threading.current_thread() is self.failer and path.endswith(f"{STAGING_SUFFIX}/LOCK"):
+            self.lock_gone.set()
+            self.second_at_rename.wait(10)
+
+    def remove_dir(self, path: str) -> None:
+        try:
+            super().remove_dir(path)
+        finally:
+            if threading.current_thread() is self.failer:
+                self.cleanup_done.set()
+
+
+def test_a_failed_checkpoints_cleanup_leaves_the_next_checkpoints_files_alone(db_path: str) -> None:
+    # Was: the cleanup removed the staging directory's files in the order listed, LOCK among them; once LOCK was
+    # gone a second checkpoint locked a new one and filled the directory, the cleanup went on to remove files of
+    # that one's by the names it had listed, and the second renamed what was left into place and returned: a
+    # target whose manifest was missing (seen on ext4 with three processes checkpointing to one target).
+    fs = _FailedCleanupMeetsTheNext()
+    target = db_path + "-copy"
+    failed: list[BaseException] = []
+    with minilsm.DB(db_path, **small_options(fs=fs)) as db:
+        model = _load(db, 1000)
+
+        def first() -> None:
+            try:
+                db.checkpoint(target)
+            except minilsm.StoreIOError as e:
+                failed.append(e)
+
+        fs.failer = threading.Thread(target=first)
+        fs.failer.start()
+        assert fs.lock_gone.wait(10)
+        db.checkpoint(target)
+        fs.failer.join()
+    assert len(failed) == 1 and "injected rename failure" in str(failed[0])
+    assert minilsm.check_store(target).ok
+    with minilsm.DB(target, create_if_missing=False, **small_options()) as copy:
+        assert dict(copy.iterator()) == model
+    assert not os.path.exists(target + STAGING_SUFFIX)
 
 
 def test_a_target_in_a_directory_that_does_not_exist_is_refused(db_path: str) -> None:

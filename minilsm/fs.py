@@ -174,9 +174,10 @@ class FileSystem:
 
         The lock is on the file that `path` names once it is taken: a file that
         its last holder removed or replaced meanwhile is let go, and `path`
-        opened again.  Raises `BlockingIOError` at once when the lock is held:
-        `LockedInThisProcessError` when this process holds it (a lock an
-        override does not say that of is taken for another process's).
+        opened again (`OSError` EBUSY after `_LOCK_TRIES` opens, each of a file
+        removed or replaced so).  Raises `BlockingIOError` at once when the
+        lock is held: `LockedInThisProcessError` when this process holds it (a
+        lock an override does not say that of is taken for another process's).
         """
         return _PosixFileLock(path)
 
@@ -374,11 +375,12 @@ class _PosixFileLock:
         for _ in range(_LOCK_TRIES):
             if self._take(path):
                 return
-        raise BlockingIOError(errno.EAGAIN, f"{path} was removed or replaced each time it was locked")
+        # Not a BlockingIOError: no one may hold the lock, and a refusal would say someone does.
+        raise OSError(errno.EBUSY, f"{path} was removed or replaced each time it was locked")
 
     def _take(self, path: str) -> bool:
         """Lock the file at `path`; False if, once locked, it was no longer the file there (removed or replaced
-        while this waited its turn: a lock on it would guard nothing that another open can see)."""
+        between the open and the flock: a lock on it would guard nothing that another open can see)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             st = os.fstat(fd)

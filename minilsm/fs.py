@@ -17,6 +17,7 @@ import os
 import stat
 import sys
 import threading
+import weakref
 from typing import Final, Protocol
 
 _WRITE_BUFFER: Final = 64 * 1024
@@ -338,10 +339,11 @@ def is_mapped(file: RandomAccessFile) -> bool:
 _LOCK_TRIES: Final = 8
 """Opens of a lock file before `FileSystem.lock` gives up on one removed or replaced each time it was locked."""
 
-_held: set[tuple[int, int]] = set()
-"""(st_dev, st_ino) of every file this process holds a `_PosixFileLock` on, so that a refusal can say whose the
-lock is.  A file's, not its name's: a LOCK deleted and made again is another file, whose lock is another lock.
-Its file stays open while it is here, so its number is not given to another file meanwhile."""
+_held: weakref.WeakValueDictionary[tuple[int, int], _PosixFileLock] = weakref.WeakValueDictionary()
+"""The `_PosixFileLock` this process holds on each file, by its (st_dev, st_ino), so that a refusal can say whose
+the lock is, and a forked child can let go of its copies.  A file's, not its name's: a LOCK deleted and made again
+is another file, whose lock is another lock.  Its file stays open while it is here, so its number is not given to
+another file meanwhile.  Weak: a store dropped without close() lets its lock be collected, which releases it."""
 _held_mutex = threading.RLock()
 """Guards `_held` and every lock and unlock with it, so that a refusal never sees a lock taken or let go but
 not yet (or no longer) listed.  Reentrant: an allocation while it is held may collect a dropped store, whose
@@ -349,9 +351,14 @@ lock's `__del__` then releases it in this same thread."""
 
 
 def _forget_held_after_fork() -> None:
-    # A child's copies of the parent's locks stay the parent's (`_PosixFileLock`), and a thread of the parent
-    # may have held the mutex at the fork: the child has no thread to release it.
+    # A child's copies of the parent's locks are the parent's: the child closes its descriptors of them, which
+    # leaves the locks held (they belong to the open file description, which the parent's descriptor keeps),
+    # and no longer keeps them held once the parent has closed its own, or died: a child that outlives a crashed
+    # parent leaves the store free to open.  A thread of the parent may have held the mutex at the fork: the
+    # child has no thread to release it.
     global _held_mutex
+    for lock in list(_held.values()):
+        lock._forget_in_child()
     _held.clear()
     _held_mutex = threading.RLock()
 
@@ -368,7 +375,7 @@ class _PosixFileLock:
     copy of the lock only closes its own descriptor.
     """
 
-    __slots__ = ("_fd", "_file", "_pid")
+    __slots__ = ("__weakref__", "_fd", "_file", "_pid")
 
     def __init__(self, path: str) -> None:
         self._fd = -1  # for __del__ if the lock below is refused
@@ -405,7 +412,7 @@ class _PosixFileLock:
                     now = None
                 stale = now is None or (now.st_dev, now.st_ino) != file
                 if not stale:
-                    _held.add(file)
+                    _held[file] = self
         except OSError:
             os.close(fd)
             raise
@@ -423,11 +430,18 @@ class _PosixFileLock:
             if self._pid == os.getpid():
                 with _held_mutex:
                     fcntl.flock(fd, fcntl.LOCK_UN)
-                    _held.discard(self._file)
+                    _held.pop(self._file, None)
             # Forgotten before it is closed: a release again after an interrupt here must not close the number
             # twice (by then it may be another file's).
             self._fd = -1
             os.close(fd)
+
+    def _forget_in_child(self) -> None:
+        """In a forked child: close this copy of the parent's lock, which stays the parent's (see `release`)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __del__(self) -> None:
         # A store dropped without close() lets its directory go when it is collected, as a dropped file closes.

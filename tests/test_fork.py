@@ -7,6 +7,7 @@ process of that script checks the store afterwards.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -54,6 +55,48 @@ def test_a_forked_child_that_closes_or_drops_its_copy_leaves_the_parent_holding_
             print(list(db.iterator()))
     """)
     assert out.splitlines() == ["locked", "[(b'a', b'1'), (b'c', b'3')]"]
+
+
+def test_a_forked_child_that_outlives_a_crashed_parent_keeps_no_checkpoint_s_lock(db_path: str) -> None:
+    """Was: a child forked while a checkpoint held its staging directory's lock kept that lock (flock belongs to
+    the open file description, which the child's inherited descriptor shares) after the parent crashed, so every
+    checkpoint to that target was refused until the child exited.  (The store's own lock the child's closed
+    store lets go of already.)"""
+    target = db_path + "-copy"
+    crash = textwrap.dedent(f"""
+        import os, signal, sys, threading
+        sys.path[:0] = [{_PACKAGE_ROOT!r}]
+        import minilsm
+        from minilsm.fs import FileSystem
+
+        linking = threading.Event()
+
+        class HoldsTheCheckpoint(FileSystem):
+            def link(self, src, dst):
+                linking.set()
+                threading.Event().wait()  # the staging directory's lock held until the crash
+
+        db = minilsm.DB({db_path!r}, fs=HoldsTheCheckpoint(), background=False)
+        for i in range(100):
+            db.put(b"k%03d" % i, b"v")
+        db.flush()
+        threading.Thread(target=db.checkpoint, args=({target!r},), daemon=True).start()
+        linking.wait()
+        if os.fork() == 0:
+            sys.stdin.read()  # lives on until the test lets it go
+            os._exit(0)
+        os.kill(os.getpid(), signal.SIGKILL)  # the parent crashes mid-checkpoint
+    """)
+    with subprocess.Popen([sys.executable, "-W", "ignore", "-c", crash], stdin=subprocess.PIPE) as parent:
+        assert parent.stdin is not None
+        try:
+            assert parent.wait(60) == -signal.SIGKILL
+            with minilsm.DB(db_path) as db:  # while the child lives on
+                db.checkpoint(target)
+            with minilsm.DB(target, create_if_missing=False) as copy:
+                assert dict(copy.iterator()) == {b"k%03d" % i: b"v" for i in range(100)}
+        finally:
+            parent.stdin.close()  # the child's stdin too: it exits
 
 
 def test_in_a_forked_child_the_store_is_closed_and_its_sweep_deletes_nothing_of_the_parent(db_path: str) -> None:

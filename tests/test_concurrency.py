@@ -17,9 +17,11 @@ Each check rests on a model of what a thread may see:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -306,11 +308,23 @@ def store_with_compaction_at_the_gate(db_path: str) -> tuple[minilsm.DB, GateFS]
     return db, fs
 
 
+@contextlib.contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises `KeyboardInterrupt` inside, as at a terminal, whatever this process was started with.
+
+    A shell starts a background job (``cmd &``, as a CI script may be run) with SIGINT ignored, and Python then
+    installs no handler of its own: a SIGINT sent to the test would do nothing (these tests failed so, old code
+    and new alike, when the suite ran in the background)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def interrupted_close(db: minilsm.DB, then: Callable[[], object] = lambda: None) -> None:
     """Call ``db.close()`` here (the main thread) and interrupt it with SIGINT, as a Ctrl-C, once it waits for the
     background thread; another thread sends the signal, then calls `then`."""
-    import signal
-
     main = threading.get_ident()
 
     def interrupt() -> None:
@@ -322,9 +336,10 @@ def interrupted_close(db: minilsm.DB, then: Callable[[], object] = lambda: None)
         then()
 
     helper = threading.Thread(target=interrupt, daemon=True)
-    helper.start()
-    with pytest.raises(KeyboardInterrupt):
-        db.close()
+    with ctrl_c_raises():
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            db.close()
     helper.join(10)
 
 
@@ -873,7 +888,6 @@ def test_an_interrupt_while_compact_range_waits_for_the_mutex_does_not_release_a
     (Ctrl-C) while it waited for another thread's hold left without the mutex, and its `with` block then
     released the other thread's hold on the way out: two threads inside the store's critical sections.  Now
     the interrupt waits until the mutex is taken back, then propagates."""
-    import signal
 
     fs = GateFS(2)  # one flush, then compact_range's output table is held at the gate
     db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
@@ -893,9 +907,10 @@ def test_an_interrupt_while_compact_range_waits_for_the_mutex_does_not_release_a
         released.set()
         db._mutex.release()  # RuntimeError if compact_range released it already
 
-    holder, outcome = in_thread(hold_the_mutex_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        db.compact_range()
+    with ctrl_c_raises():
+        holder, outcome = in_thread(hold_the_mutex_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            db.compact_range()
     assert released.is_set(), "the interrupt left compact_range while another thread held the mutex"
     holder.join(10)
     assert outcome == [None]

@@ -120,8 +120,9 @@ class FileSystem:
         os.rmdir(path)
 
     def remove_dir_and_files(self, path: str) -> None:
-        """Remove directory `path` and the files in it (a scratch or staging directory: no subdirectories),
-        through `remove` and `remove_dir`, so a subclass that overrides those sees each removal."""
+        """Remove directory `path` and the files in it (a worker's scratch directory: no subdirectories), in the
+        order listed, through `remove` and `remove_dir`, so a subclass that overrides those sees each removal.  (A
+        checkpoint's staging directory goes by `checkpoint._remove_dir`, its LOCK last.)"""
         for name in self.listdir(path):
             self.remove(f"{path}/{name}")
         self.remove_dir(path)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minilsm.batch import LogChain
-from minilsm.db import lock_holder
+from minilsm.db import lock_holder, store_path
 from minilsm.errors import CorruptionError, LockError, NotFoundError, StoreIOError
 from minilsm.fs import DEFAULT_FS, FileSystem
 from minilsm.manifest import LOCK_NAME, MANIFEST_NAME, ManifestState, read_manifest, refuse_foreign_store
@@ -93,11 +93,13 @@ class CheckReport:
         }
 
 
-def check_store(path: str, fs: FileSystem = DEFAULT_FS) -> CheckReport:
+def check_store(path: str | os.PathLike[str], fs: FileSystem = DEFAULT_FS) -> CheckReport:
     """Verify every checksum of every live file of the store at `path`, reading only.  O(store size).
 
-    Raises `NotFoundError` if `path` holds no store, `LockError` if the store is open.
+    `path` is taken as `DB` takes it (str, bytes or path-like, made absolute).  Raises `NotFoundError` if `path`
+    holds no store, `LockError` if the store is open, `ValueError` if `path` is empty (not the working directory).
     """
+    path = store_path(path)
     with closed_store(fs, path, "check") as names:
         report = CheckReport(path)
         state = _check_manifest(fs, path, names, report)

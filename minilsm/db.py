@@ -118,6 +118,19 @@ _NO_GIL_WARNING = (
 _Item = TypeVar("_Item")  # what a DBIterator yields: (key, value), or a key or a value
 
 
+def store_path(path: str | os.PathLike[str]) -> str:
+    """The absolute name of the store directory `path` (str, bytes or path-like) names, as `DB` and the offline tools
+    (`check_store`, `repair_store`, `destroy_store`) take it.  O(len(path)).
+
+    An empty path is a ValueError: ``abspath("")`` is the working directory, which would silently become a store,
+    or be checked, repaired or destroyed as one (an unset setting, say; LevelDB answers NotFound).
+    """
+    name = os.fsdecode(path)
+    if not name:
+        raise ValueError("the store's path is empty; name a directory (os.curdir for the working directory)")
+    return os.path.abspath(name)
+
+
 def lock_holder(refused: BlockingIOError) -> str:
     """Where the store is open whose LOCK `FileSystem.lock` refused, as a `LockError` says it after "is open"."""
     if isinstance(refused, LockedInThisProcessError):
@@ -285,11 +298,7 @@ class DB(_Writes, _Scans):
         self.options = Options.make(options, **kwargs)
         # Absolute, as SQLite keeps its database's name: a relative path would follow the process's os.chdir()
         # and put the next log or table in another directory.  A bytes path too; file names are built as str.
-        name = os.fsdecode(path)
-        if not name:
-            # abspath("") is the working directory, which would silently become a store (LevelDB: NotFound).
-            raise ValueError("the store's path is empty; name a directory (os.curdir for the working directory)")
-        self.path = os.path.abspath(name)
+        self.path = store_path(path)
         gil_enabled = getattr(sys, "_is_gil_enabled", None)  # 3.13+; every earlier CPython has the lock
         if gil_enabled is not None and not gil_enabled():
             warnings.warn(_NO_GIL_WARNING, RuntimeWarning, stacklevel=2)

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from minilsm.check import closed_store, is_store_temp_file, is_table_or_log
+from minilsm.db import store_path
 from minilsm.manifest import LOCK_NAME, MANIFEST_NAME
 from minilsm.options import Options
 from minilsm.worker import is_scratch_name, remove_scratch
@@ -22,10 +23,10 @@ def destroy_store(path: str | os.PathLike[str], options: Options | None = None, 
     """Remove the store at `path` (see the module docstring).  A path that does not exist is fine: nothing to do.
 
     Raises `NotFoundError` if the directory holds no store (nothing is removed), `LockError` if the store is
-    open.  O(files).
+    open, `ValueError` if `path` is empty (as `DB` does: not the working directory).  O(files).
     """
     fs = Options.make(options, **kwargs).fs
-    path = os.path.abspath(os.fsdecode(path))
+    path = store_path(path)
     if not fs.exists(path):
         return
     with closed_store(fs, path, "destroy") as names:

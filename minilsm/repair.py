@@ -61,6 +61,7 @@ from minilsm.batch import LogChain, decode_batch
 from minilsm.cache import TableFileCache
 from minilsm.check import Finding, closed_store, is_table_or_log
 from minilsm.checkpoint import link_or_copy
+from minilsm.db import store_path
 from minilsm.errors import CorruptionError, Error
 from minilsm.fs import FileSystem
 from minilsm.iterators import Entry
@@ -135,12 +136,12 @@ def repair_store(path: str | os.PathLike[str], options: Options | None = None, *
     `options` (or keyword arguments, as `DB` takes them) give the new tables' sizes, filters and level
     layout (``compaction_style="tiered"`` for a tiered store); other sizes than the store's own give other
     tables, as readable, which the store's compactions reshape.  Raises `NotFoundError` if `path` holds no
-    store, `LockError` if the store is open, and `Error` if something that is not a directory is named
-    ``lost``, before anything changes.  O(store size): every table and log is read once, and every kept version
-    written once.
+    store, `LockError` if the store is open, `ValueError` if `path` is empty (as `DB` does: not the working
+    directory), and `Error` if something that is not a directory is named ``lost``, before anything changes.
+    O(store size): every table and log is read once, and every kept version written once.
     """
     opts = Options.make(options, **kwargs)
-    path = os.path.abspath(os.fsdecode(path))
+    path = store_path(path)
     with closed_store(opts.fs, path, "repair") as names:
         return _repair(opts.fs, path, opts, names)
 

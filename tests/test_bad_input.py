@@ -266,6 +266,27 @@ def test_an_empty_path_is_refused_and_leaves_the_working_directory_alone(
         assert db.path == str(tmp_path)
 
 
+def test_the_offline_tools_refuse_an_empty_path_and_leave_the_store_in_the_working_directory_alone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: check_store, repair_store and destroy_store took "" for the working directory, which DB("") refuses: so
+    destroy_store(os.environ.get("STORE", "")) removed the store the program ran in, and the directory with it
+    (plyvel's destroy_db("") leaves it).  check_store also took no bytes path, and named a relative one as given."""
+    with minilsm.DB(str(tmp_path), **small_options()) as db:
+        db.put(b"k", b"v")
+    monkeypatch.chdir(tmp_path)
+    names = sorted(os.listdir(tmp_path))
+    for tool in (minilsm.check_store, minilsm.repair_store, minilsm.destroy_store):
+        for empty in ("", b""):
+            with pytest.raises(ValueError, match="empty"):
+                tool(empty)  # type: ignore[operator]
+    assert sorted(os.listdir(tmp_path)) == names
+    with minilsm.DB(os.curdir, **small_options()) as db:
+        assert db.get(b"k") == b"v"
+    report = minilsm.check_store(os.fsencode(os.curdir))
+    assert report.ok and report.path == str(tmp_path)  # by name, as DB takes it, and absolute
+
+
 def test_a_store_its_snapshots_and_iterators_cannot_be_pickled_or_copied(db: minilsm.DB) -> None:
     """Was: copy.copy of a Snapshot shared its id, and closing the copy released the original's view: after a
     compaction it read None for a key it saw.  A copy of the DB shared its lock and log, and closing the copy

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from minilsm import __version__
 from minilsm.check import check_store, is_table_or_log
-from minilsm.db import DB
+from minilsm.db import DB, store_path
 from minilsm.demo import DEFAULT_KEYS, DEFAULT_READS, run_demo
 from minilsm.errors import Error, NotFoundError
 from minilsm.fs import DEFAULT_FS
@@ -307,8 +307,17 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _store_path(path: str) -> str:
+    """PATH as the offline tools take it; an empty one is refused as `_open` refuses it, not taken for the working
+    directory."""
+    try:
+        return store_path(path)
+    except ValueError as e:
+        raise Error(str(e)) from None
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    report = check_store(args.path)
+    report = check_store(_store_path(args.path))
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -317,7 +326,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    report = repair_store(args.path, bits_per_key=args.bits_per_key, compaction_style=args.compaction_style)
+    report = repair_store(
+        _store_path(args.path), bits_per_key=args.bits_per_key, compaction_style=args.compaction_style
+    )
     if args.json:
         _print_json(report.to_dict())
     else:

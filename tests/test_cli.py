@@ -355,6 +355,10 @@ def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.Capt
         assert code == EXIT_ERROR and "already open" in err
         code, _, err = run(capsys, "check", store)
         assert code == EXIT_ERROR and "is open" in err
+    for command in ("get", "check", "repair"):  # "" is no store, not the working directory (check_store(""))
+        args = [command, "", "k"] if command == "get" else [command, ""]
+        assert run(capsys, *args) == (EXIT_ERROR, "", f"minilsm {command}: the store's path is empty; name a "
+                                      "directory (os.curdir for the working directory)\n")  # fmt: skip
     code, _, err = run(capsys, "get", store, "--hex", "zz")
     assert code == EXIT_USAGE and "not valid hex" in err
     code, _, err = run(capsys, "put", store, "k" * 70000, "v")

@@ -22,6 +22,20 @@ would read short and be reported as corrupt), and its entries' offsets are u32; 
 at most one entry (64 MiB and 64 KiB), so 1 GiB keeps every block well inside both."""
 
 
+_PLYVEL_NAMES: Final = {
+    "write_buffer_size": "plyvel's name; here memtable_size",
+    "lru_cache_size": "plyvel's name; here block_cache_size",
+    "bloom_filter_bits": "plyvel's name; here bits_per_key, 10 by default",
+    "max_file_size": "plyvel's name; here target_file_size",
+    "compression": "plyvel's; minilsm does not compress",
+    "block_restart_interval": "plyvel's; minilsm's blocks keep whole keys",
+    "comparator": "plyvel's; keys always sort bytewise here",
+    "comparator_name": "plyvel's; keys always sort bytewise here",
+}
+"""plyvel's `DB` keywords that `Options` has not got, with what a port should pass instead (README.md, "Coming
+from plyvel")."""
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     """Options of one store.  Immutable; use `dataclasses.replace` to vary one."""
@@ -169,5 +183,7 @@ class Options:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - names)
         if unknown:
-            raise TypeError(f"unknown option(s): {', '.join(unknown)}")
+            # A port from plyvel passes plyvel's names: say what each is here, not only that it is unknown.
+            said = [f"{name} ({_PLYVEL_NAMES[name]})" if name in _PLYVEL_NAMES else name for name in unknown]
+            raise TypeError(f"unknown option(s): {', '.join(said)}")
         return dataclasses.replace(base, **kwargs) if kwargs else base

@@ -344,6 +344,21 @@ def test_bad_options_are_refused_before_anything_is_created(options: dict[str, A
     assert not os.path.exists(db_path)
 
 
+def test_plyvels_option_names_are_refused_with_what_to_pass_instead(db_path: str) -> None:
+    """Was: "unknown option(s): write_buffer_size", where the README maps plyvel's names to minilsm's, so that a
+    port from plyvel had to look each one up."""
+    with pytest.raises(TypeError) as e:
+        minilsm.DB(db_path, create_if_missing=True, write_buffer_size=1 << 20, lru_cache_size=1 << 20, nope=1)
+    assert str(e.value) == (
+        "unknown option(s): lru_cache_size (plyvel's name; here block_cache_size), nope, "
+        "write_buffer_size (plyvel's name; here memtable_size)"
+    )
+    for name, said in (("bloom_filter_bits", "bits_per_key"), ("compression", "does not compress")):
+        with pytest.raises(TypeError, match=f"^unknown option\\(s\\): {name} \\(plyvel's.*{said}"):
+            minilsm.DB(db_path, **{name: None})
+    assert not os.path.exists(db_path)
+
+
 def test_a_float_option_given_an_int_too_large_for_a_float_is_refused(db_path: str) -> None:
     """Regression: tiered_bucket_high=10**400 passed validation (an int is a valid float option), then the
     first tiered pick multiplied it by a float: OverflowError out of put(), and the store was read-only."""

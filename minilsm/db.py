@@ -68,7 +68,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.fs import FileSystem, LockedInThisProcessError
+from minilsm.fs import FileLock, FileSystem, LockedInThisProcessError
 from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds, restate_closed
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, BytesLike, check_key, check_value
 from minilsm.manifest import (
@@ -94,6 +94,10 @@ from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log
 SEEK_CHECK_INTERVAL: Final = 0.5
 """Seconds between the idle background thread's looks for a seek compaction (reads never wake it: they take
 no lock)."""
+DROPPED_STORE_WAIT: Final = 60.0
+"""Seconds at most that an open refused by a store of this process waits for that store's background job to
+end, in case the store was dropped without `close()` and only the job keeps it (`DB._lock`).  A job is one flush
+or one compaction (some megabytes); past this, the open is refused, as it would be by a store in use."""
 SEEK_PACE: Final = 3.0
 """After a seek compaction that took d seconds, the next may start only SEEK_PACE * d seconds later, so that work
 reads set off takes at most a quarter of the time.  In the background thread, compaction shares the interpreter
@@ -316,6 +320,7 @@ class DB(_Writes, _Scans):
         # 3.12 marks the thread stopped when an interrupt stops the join, so the next close() would not wait for it.
         self._bg_done: threading.Event | None = None
         self._bg_thread: threading.Thread | None = None
+        self._bg_hold: _BackgroundHold | None = None
         self._compacting = False
         self._seek_resume_at = 0.0
         """`time.monotonic()` before which no seek compaction starts (`SEEK_PACE`)."""
@@ -357,10 +362,7 @@ class DB(_Writes, _Scans):
             if not self._store_exists():
                 # The lock file needs the directory, and the writes the store acknowledges need its name durable.
                 fs.makedirs_synced(path)
-            try:
-                self._file_lock = fs.lock(f"{path}/{LOCK_NAME}")
-            except BlockingIOError as e:
-                raise LockError(f"{path} is already open {lock_holder(e)}") from None
+            self._file_lock = self._lock()
             try:
                 # Asked again under the lock: another process may have created the store meanwhile.
                 self._recover(self._store_exists())
@@ -383,9 +385,10 @@ class DB(_Writes, _Scans):
         if self.options.background:
             # The thread holds the store weakly, so that one dropped without close() is still freed (`__del__`).
             self._bg_done = threading.Event()
+            self._bg_hold = _BackgroundHold()
             self._bg_thread = threading.Thread(
                 target=_background_loop,
-                args=(weakref.ref(self), self._cond, self._bg_done),
+                args=(weakref.ref(self), self._cond, self._bg_done, self._bg_hold),
                 name=f"minilsm-bg:{path}",
                 daemon=True,
             )
@@ -395,6 +398,26 @@ class DB(_Writes, _Scans):
         else:
             # Else level 0 would grow by a table per reopen until a memtable filled.
             self._work_due = self._has_background_work()
+
+    def _lock(self) -> FileLock:
+        """Take the store's LOCK, or raise `LockError` saying where the store is open.
+
+        Held by a store of this process whose background thread is running a job, it may be a store dropped
+        without `close()` that only the thread keeps open (`_background_loop`): wait for the job to end, then ask
+        again, as a plyvel reopen after a drop follows LevelDB's destructor, which waits for the compaction under
+        way.  A store still in use then refuses it, a job later.  O(1), or O(stores open) and the job's time.
+        """
+        name = f"{self.path}/{LOCK_NAME}"
+        for again in (False, True):
+            try:
+                return self._fs.lock(name)
+            except BlockingIOError as e:
+                # Decided inside the handler: the exception kept in a local past it would hold this frame, and
+                # so the store, in a cycle that only the cycle collector frees, and a store dropped later would
+                # keep its lock till then.
+                if again or not isinstance(e, LockedInThisProcessError) or not _wait_for_a_dropped_store(self.path):
+                    raise LockError(f"{self.path} is already open {lock_holder(e)}") from None
+        raise AssertionError("unreachable: the second try returns or raises")
 
     def _store_exists(self) -> bool:
         """Whether the directory holds a store, refused as `create_if_missing`/`error_if_exists` say."""
@@ -1811,6 +1834,52 @@ _open_stores: weakref.WeakSet[DB] = weakref.WeakSet()
 """Every store this process has opened and not yet collected, for the at-fork hook."""
 
 
+class _BackgroundHold:
+    """Whether a store's background thread holds it (for a job, or a look for one), and how often it let go.
+
+    Apart from the store, so that the thread can say it holds the store before it takes it from its weak
+    reference: then a store that is open, held by no one else and not held by its thread is never seen, as
+    dropping it frees it.  An open refused by the store's lock reads this (`_wait_for_a_dropped_store`).
+    """
+
+    __slots__ = ("held", "let_go")
+
+    def __init__(self) -> None:
+        self.held = False
+        self.let_go = 0
+
+
+def _wait_for_a_dropped_store(path: str) -> bool:
+    """Whether an open refused by the lock of a store of this process on `path` should ask again: yes once the
+    store's background thread, which holds it (for a job, or a look for one), lets go, or if no store is open
+    there any more; no, at once, if the store is open and its thread does not hold it (someone else does).
+
+    Waits `DROPPED_STORE_WAIT` seconds at most, holding the store only weakly, so that a store dropped without
+    `close()` is freed as its thread lets go.
+    """
+    for db in list(_open_stores):
+        if db.path == path and not db._closed:
+            break
+    else:
+        return True  # freed since (or open under another name, for which the second refusal is as good)
+    hold, ref, cond, done = db._bg_hold, weakref.ref(db), db._cond, db._bg_done
+    del db
+    if hold is None or done is None or not hold.held:
+        return False
+    let_go = hold.let_go
+    deadline = time.monotonic() + DROPPED_STORE_WAIT
+    with cond:
+        while True:
+            alive = ref()
+            if alive is None or hold.let_go != let_go or done.is_set():
+                return True
+            del alive
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            cond.wait(min(left, 0.1))  # the thread notifies as each job ends; this only bounds a missed one
+
+
 def _forget_stores_after_fork() -> None:
     for db in list(_open_stores):
         if not db._closed:
@@ -1820,12 +1889,16 @@ def _forget_stores_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_stores_after_fork)
 
 
-def _background_loop(ref: weakref.ref[DB], cond: threading.Condition, done: threading.Event) -> None:
+def _background_loop(
+    ref: weakref.ref[DB], cond: threading.Condition, done: threading.Event, hold: _BackgroundHold
+) -> None:
     """The background thread of the store `ref` names: flushes and compactions, until it closes or is collected;
     sets `done` as it ends.
 
-    It holds the store only while it looks for work and does it, never while it waits, so a store dropped
-    without `close()` can be freed; it then ends within `SEEK_CHECK_INTERVAL`.  That is also how often an idle
+    It holds the store only while it looks for work and runs one job, never while it waits or between jobs, so
+    a store dropped without `close()` is freed as the job under way ends, or at once if none is (the flushes and
+    compactions still due are left undone: the log holds what the store acknowledged, for the next open), and
+    the thread ends then, or within `SEEK_CHECK_INTERVAL` if it was waiting.  That is also how often an idle
     thread looks again, since reads make a seek compaction due without notifying.  Its own failure is logged
     on the `minilsm` logger as it ends (a writer's, recorded meanwhile, is the writer's to raise).
     """
@@ -1835,18 +1908,27 @@ def _background_loop(ref: weakref.ref[DB], cond: threading.Condition, done: thre
         with cond:
             try:
                 while True:
+                    hold.held = True  # before it is taken: see _BackgroundHold
                     db = ref()
                     if db is None:
                         return
-                    path = db.path
-                    if db._closing or db._bg_error is not None:
-                        cond.notify_all()
-                        break
-                    if db._has_background_work():
-                        failure = db._do_one_background_job()
-                        cond.notify_all()
-                    else:
-                        del db  # not held while waiting; were this the last reference, the store is freed here
+                    try:
+                        path = db.path
+                        if db._closing or db._bg_error is not None:
+                            cond.notify_all()
+                            break
+                        idle = not db._has_background_work()
+                        if not idle:
+                            failure = db._do_one_background_job()
+                            cond.notify_all()
+                    finally:
+                        # Let go between jobs too, not only while waiting: a store dropped during this job is freed
+                        # here, and its lock with it, as LevelDB's destructor waits for the compaction under way
+                        # but not for those due after it (an open waiting for that lock: `DB._lock`).
+                        del db
+                        hold.let_go += 1
+                        hold.held = False
+                    if idle:
                         cond.wait(SEEK_CHECK_INTERVAL)
             except BaseException as e:
                 # Raised outside a job (a bug in choosing the next one): this thread ends, and writers

@@ -293,7 +293,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     # Read as a file, without opening the store: an open would start a new manifest, without the edits.
-    path = os.path.join(args.path, MANIFEST_NAME)
+    path = os.path.join(_store_path(args.path), MANIFEST_NAME)
     try:
         data = DEFAULT_FS.read_file(path)
     except (FileNotFoundError, NotADirectoryError):

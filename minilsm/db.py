@@ -1221,10 +1221,10 @@ class DB(_Writes, _Scans):
         hard-linked, not copied (copied only across file systems), so the cost is the flush plus O(tables):
         see `minilsm.checkpoint`.  Raises `ExistsError` if `path` exists or another checkpoint (in any process)
         is being written there, `NotFoundError` if the directory it goes into does not, `ValueError` if it lies
-        in the store's own directory; a failure leaves no directory there (but a whole checkpoint, if it failed
-        once in place and could not be taken back: `write_checkpoint`).
+        in the store's own directory or is empty (not the working directory); a failure leaves no directory there
+        (but a whole checkpoint, if it failed once in place and could not be taken back: `write_checkpoint`).
         """
-        target = os.path.abspath(os.fsdecode(path))
+        target = store_path(path)
         self.flush()
         with self._mutex:
             self._check_writable()

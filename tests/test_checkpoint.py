@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from faultfs import FaultFS
@@ -304,6 +305,20 @@ def test_a_target_in_the_store_s_own_directory_is_refused_and_the_store_is_untou
     assert not os.path.exists(target)
     with minilsm.DB(path, create_if_missing=False, **small_options()) as db:
         assert dict(db.iterator()) == model
+
+
+def test_an_empty_target_is_refused_not_taken_for_the_working_directory(
+    db_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: ExistsError naming the working directory, where `DB`, `destroy_store` and the other tools refuse an
+    empty path as such (a checkpoint target read from an unset setting, say)."""
+    monkeypatch.chdir(tmp_path)
+    with minilsm.DB(db_path, **small_options()) as db:
+        db.put(b"k", b"v")
+        for empty in ("", b""):
+            with pytest.raises(ValueError, match="path is empty"):
+                db.checkpoint(empty)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
 
 
 class _PausesTwoCheckpoints(FileSystem):

@@ -355,7 +355,7 @@ def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.Capt
         assert code == EXIT_ERROR and "already open" in err
         code, _, err = run(capsys, "check", store)
         assert code == EXIT_ERROR and "is open" in err
-    for command in ("get", "check", "repair"):  # "" is no store, not the working directory (check_store(""))
+    for command in ("get", "check", "repair", "manifest"):  # "" is no store, not the working directory
         args = [command, "", "k"] if command == "get" else [command, ""]
         assert run(capsys, *args) == (EXIT_ERROR, "", f"minilsm {command}: the store's path is empty; name a "
                                       "directory (os.curdir for the working directory)\n")  # fmt: skip

@@ -3,7 +3,16 @@
 from minilsm.batch import WriteBatch
 from minilsm.bloom import BloomFilter, expected_fpr, key_hash, optimal_params
 from minilsm.check import CheckReport, check_store
-from minilsm.db import DB, DBIterator, PrefixedDB, RawIterator, RecoveryReport, Snapshot
+from minilsm.db import (
+    DB,
+    DBIterator,
+    PrefixedDB,
+    PrefixedSnapshot,
+    PrefixedWriteBatch,
+    RawIterator,
+    RecoveryReport,
+    Snapshot,
+)
 from minilsm.destroy import destroy_store
 from minilsm.errors import (
     ClosedError,
@@ -33,6 +42,8 @@ __all__ = [
     "NotFoundError",
     "Options",
     "PrefixedDB",
+    "PrefixedSnapshot",
+    "PrefixedWriteBatch",
     "RawIterator",
     "ReadOnlyError",
     "RecoveryReport",

@@ -762,8 +762,9 @@ class DB(_Writes, _Scans):
             _transaction=transaction is True,  # None is False, as for every flag of plyvel's
         )
 
-    def write(self, batch: WriteBatch, *, sync: bool | None = None) -> None:
-        """Apply every operation of `batch` atomically: after a crash too, all or none.
+    def write(self, batch: WriteBatch | PrefixedWriteBatch, *, sync: bool | None = None) -> None:
+        """Apply every operation of `batch` atomically: after a crash too, all or none.  Cost: one log append for
+        the whole batch (plus an fsync if syncing), and an O(1) memtable insert per operation.
 
         A batch from `write_batch` is spent by this as by its own `write`, even
         if the write raises: its ``with`` block's end writes nothing more, and
@@ -772,8 +773,10 @@ class DB(_Writes, _Scans):
         values back over newer writes.  A batch from another store's
         `write_batch` raises `ValueError`.  Without `sync` here, a batch from
         ``write_batch(sync=...)`` is written as that call asked, any other as
-        the store's `sync` option says.
+        the store's `sync` option says.  A `PrefixedWriteBatch` is written as the store's batch it wraps.
         """
+        if isinstance(batch, PrefixedWriteBatch):
+            batch = batch.batch
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be a WriteBatch, not {type(batch).__name__}")
         if batch._owner is not None and batch._owner is not self:
@@ -2641,8 +2644,16 @@ class PrefixedWriteBatch:
     def write(self) -> None:
         self.batch.write()
 
+    @property
+    def closed(self) -> bool:
+        """`WriteBatch.closed`: True once written or discarded."""
+        return self.batch.closed
+
     def __len__(self) -> int:
         return len(self.batch)
+
+    def __repr__(self) -> str:
+        return f"<minilsm.PrefixedWriteBatch {self.prefix!r} of {self.batch!r}>"
 
     @property
     def approximate_size(self) -> int:

@@ -527,6 +527,22 @@ def test_a_prefixed_batch_and_a_plain_one_append_each_other_as_in_plyvel(db_path
         assert list(db.iterator()) == [(b"u/y", b"2"), (b"u/z", b"3"), (b"x", b"1")]  # what plyvel 1.5.1 gives
 
 
+def test_a_prefixed_batch_is_written_by_the_store_and_says_when_it_is_spent(db_path: str) -> None:
+    """Was: `db.write(pb)` raised TypeError for a prefixed view's batch, which `WriteBatch.append` takes, and the
+    batch had no `closed` (nor a repr saying what it is), and neither it nor `PrefixedSnapshot` was exported."""
+    with minilsm.DB(db_path) as db:
+        pb = db.prefixed_db(b"u/").write_batch()
+        assert isinstance(pb, minilsm.PrefixedWriteBatch) and not pb.closed
+        pb.put(b"k", b"v")
+        db.write(pb)
+        assert pb.closed and db.get(b"u/k") == b"v"
+        assert repr(pb) == f"<minilsm.PrefixedWriteBatch b'u/' of {pb.batch!r}>" and "closed" in repr(pb)
+        with pytest.raises(minilsm.ClosedError):
+            db.write(pb)  # spent, as a store's own batch is
+        with db.prefixed_db(b"u/").snapshot() as snap:
+            assert isinstance(snap, minilsm.PrefixedSnapshot) and snap.get(b"k") == b"v"
+
+
 def test_a_prefixed_batch_tells_its_size_as_a_batch_does(db_path: str) -> None:
     """plyvel's prefixed_db batches have a WriteBatch's approximate_size: here the bytes of the encoded batch,
     whose keys hold the prefix."""

@@ -236,23 +236,27 @@ class _Scans:
     def raw_iterator(self, *, verify_checksums: bool = False, fill_cache: bool = True) -> RawIterator:
         """plyvel's raw iterator over every key: it stands on an item (`valid`, `key`, `value`, `item`) and moves
         with `next`, `prev`, `seek`, `seek_to_first` and `seek_to_last`; not valid until placed.  See
-        `RawIterator`; the read options as `iterator`'s."""
+        `RawIterator` for what its moves cost; the read options as `iterator`'s.  Made in O(sources), no block
+        read: a merge of the view is set up, which the first seek replaces."""
         return RawIterator(self.iterator(verify_checksums=verify_checksums, fill_cache=fill_cache))
 
     def __iter__(self) -> Iterator[bytes]:
-        """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`)."""
+        """The keys in order, as a dict's iteration gives them (plyvel's gives (key, value) pairs: `iterator()`).
+        Costs what `iterator` does: O(log sources) per version visited."""
         return iter(self.iterator(include_value=False))
 
     # The one read every class of these has, as each overloads it.
     get: Callable[..., Any]
 
     def __getitem__(self, key: BytesLike) -> bytes:
+        """The value of `key`; KeyError when it is absent or deleted.  A `get`, at its cost."""
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
         return value  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
+        """Whether `key` has a value.  A `get`, at its cost: a block read when a filter says maybe."""
         return self.get(key, _MISSING) is not _MISSING
 
 
@@ -266,10 +270,12 @@ class _Writes:
     """The lock each ``del view[key]`` holds from its check to its delete: the store's, for its views too."""
 
     def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
+        """`put`, at its cost."""
         self.put(key, value)
 
     def __delitem__(self, key: BytesLike) -> None:
-        """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises)."""
+        """Delete `key`; KeyError when it is absent (dict semantics; `delete` never raises).  Costs a `get` and a
+        `delete`."""
         # Two of these on one key in two threads must not both succeed, which no order of them gives (a dict's
         # `del` is one step): the lock keeps another from deleting between this check and this delete.  Any other
         # write landing there still gives an outcome of some order: it came first, and this deletes its value.
@@ -299,6 +305,12 @@ class DB(_Writes, _Scans):
     # -- opening and closing -------------------------------------------------------
 
     def __init__(self, path: str | os.PathLike[str], options: Options | None = None, **kwargs: Any) -> None:
+        """Open the store in the directory `path`, creating it unless ``create_if_missing=False``.
+
+        Cost: the manifest read, and each live table opened with its index, filter and properties read (no
+        data block), O(tables); the logs the manifest does not cover replayed, O(their bytes), and what they
+        held written as a level-0 table, as `flush` writes one; then a manifest write.
+        """
         self.options = Options.make(options, **kwargs)
         # Absolute, as SQLite keeps its database's name: a relative path would follow the process's os.chdir()
         # and put the next log or table in another directory.  A bytes path too; file names are built as str.
@@ -692,6 +704,8 @@ class DB(_Writes, _Scans):
 
     @property
     def closed(self) -> bool:
+        """Whether the store is closed: True once `close` has finished (and in a child forked while it was open).
+        O(1)."""
         return self._closed
 
     def __del__(self) -> None:
@@ -737,7 +751,11 @@ class DB(_Writes, _Scans):
         self._write(((KIND_VALUE, key, value),), sync)
 
     def delete(self, key: BytesLike, *, sync: bool | None = None) -> None:
-        """Remove `key` (a tombstone; deleting a missing key is not an error, as in LevelDB)."""
+        """Remove `key` (a tombstone; deleting a missing key is not an error, as in LevelDB).
+
+        Cost: as `put`'s, one log append (plus an fsync if syncing) and an O(1) memtable insert; the key's
+        older versions go only when compaction reaches them.
+        """
         if type(key) is not bytes or len(key) > MAX_KEY_SIZE:
             key = check_key(key)
         self._write(((KIND_DELETE, key, b""),), sync)
@@ -746,7 +764,8 @@ class DB(_Writes, _Scans):
         """A batch applied atomically when its `with` block ends without an exception.
 
         With ``transaction=False`` (plyvel's default) the block's end writes the
-        batch even when the block raised, and the exception goes on.
+        batch even when the block raised, and the exception goes on.  O(1): the
+        store sees nothing until the batch is written, which costs what `write` does.
 
         >>> with db.write_batch() as wb:          # doctest: +SKIP
         ...     wb.put(b"a", b"1"); wb.delete(b"b")
@@ -1102,14 +1121,18 @@ class DB(_Writes, _Scans):
                 self._delete_obsolete_files()
 
     def prefixed_db(self, prefix: BytesLike) -> PrefixedDB:
-        """A view of the keys that begin with `prefix`, with the prefix left off: plyvel's `prefixed_db`."""
+        """A view of the keys that begin with `prefix`, with the prefix left off: plyvel's `prefixed_db`.
+
+        O(len(prefix)): the view holds nothing of the store's (see `PrefixedDB` for what its calls cost).
+        """
         return PrefixedDB(self, prefix)
 
     def snapshot(self) -> Snapshot:
         """A consistent, read-only view of the store as it is now.  Release it with `close()` or `with`.
 
-        Compaction keeps every version a live snapshot can see, so hold snapshots
-        only as long as needed.
+        O(1) under the store's lock: it records a sequence number and holds no table.  Its cost is what it
+        keeps: flushes and compactions keep every version a live snapshot can see (space on disk, and
+        versions that scans step over), so hold snapshots only as long as needed.
         """
         with self._mutex:
             if self._closed:
@@ -1128,7 +1151,12 @@ class DB(_Writes, _Scans):
     # -- flushing and compacting -------------------------------------------------------
 
     def flush(self) -> None:
-        """Write the memtable to a level-0 table now, and wait until it is durable."""
+        """Write the memtable to a level-0 table now, and wait until it is durable.
+
+        Cost: O(n log n) for the memtable's n versions (its keys sorted, its bytes written once, with an
+        fsync), an fsync of its log and a new log, and a manifest write (O(tables) and an fsync); first it
+        waits for an earlier memtable's flush.  With ``background=False`` it then also runs any compaction due.
+        """
         with self._mutex:
             self._check_writable()
             while self._imm is not None:
@@ -1151,6 +1179,12 @@ class DB(_Writes, _Scans):
         holds no shadowed version or tombstone that no snapshot needs.  Each level is
         merged down once, top to bottom, as in LevelDB: writes that other threads
         make during the call may stay above, so the call ends however long they go on.
+
+        Cost: a `flush`, then per level one merge of the range's tables there with the tables they
+        overlap one level down (at level 0, every level-0 table), so the range's data is read and written
+        once per level it passes through; then one rewrite of the range's bottom-level tables, but for those
+        that a merge of this call or an earlier one wrote under snapshots still live; a manifest write after
+        each merge.  Tiered: one merge of every run of the store into one, whatever the range: O(store size).
         """
         start = None if start is None else check_key(start, "start")
         stop = None if stop is None else check_key(stop, "stop")
@@ -1259,7 +1293,8 @@ class DB(_Writes, _Scans):
 
         For benchmarks and tests that measure a settled store.  Writes (and, through
         seek compaction, reads) from other threads meanwhile can make more work.  Returns at once when the store is
-        closing or closed, or once background work has failed (writes report it).
+        closing or closed, or once background work has failed (writes report it).  Costs the work it waits for
+        (with ``background=False`` it runs it), O(1) when none is due.
         """
         with self._mutex:
             while (
@@ -1780,6 +1815,8 @@ class DB(_Writes, _Scans):
         like any `get` (the counters stay a true account of the work done).  It
         holds the write lock for the read so that no flush or compaction changes
         the tables under it, which lets each step name its table's level.
+
+        Cost: a `get`'s, plus O(tables) to find each table's level; writes wait for it meanwhile.
         """
         key = check_key(key)
         trace: Trace = []
@@ -1809,7 +1846,8 @@ class DB(_Writes, _Scans):
         ]
 
     def approximate_size(self, start: BytesLike | None, stop: BytesLike | None) -> int:
-        """`approximate_sizes` of the one range [start, stop), as plyvel's `approximate_size`."""
+        """`approximate_sizes` of the one range [start, stop), as plyvel's `approximate_size`.  O(tables), no
+        block read."""
         return self.approximate_sizes((start, stop))[0]
 
     def may_contain(self, key: BytesLike) -> bool:
@@ -1824,12 +1862,14 @@ class DB(_Writes, _Scans):
 
     @property
     def version(self) -> Version:
-        """The current set of live tables (immutable)."""
+        """The current set of live tables (immutable).  O(1).
+
+        While held, its tables' files are not deleted, as an iterator's view keeps them."""
         return self._version
 
     @property
     def last_sequence(self) -> int:
-        """The sequence number of the newest acknowledged write."""
+        """The sequence number of the newest acknowledged write.  O(1)."""
         return self._last_seq
 
 
@@ -2167,6 +2207,8 @@ class DBIterator(Generic[_Item]):
             self._move(self._place(), forward)
 
     def __iter__(self) -> Iterator[_Item]:
+        """The merge itself, for a loop: one generator step per item.  O(1), or a new merge at the place, as a
+        seek, when the last step was `prev` (or an exception ended the merge)."""
         self._pin.check()
         self._resume(not self._reverse)
         self._scan.looped = True  # a move then hands the loop on to `_follow`
@@ -2204,13 +2246,19 @@ class DBIterator(Generic[_Item]):
                 return
 
     def __next__(self) -> _Item:
+        """The item after the place (before it, reversed), moving past it; StopIteration at the end of the range.
+
+        A loop's step and one method call more: O(log sources) per version passed over (a key's older
+        versions, tombstones).  After `prev`, a new merge first, as a seek.
+        """
         return self._step(not self._reverse)
 
     def prev(self) -> _Item:
         """Step back: the item before the iterator's place (after it, for a reverse iterator), as plyvel's `prev`.
 
         Raises StopIteration at the start of the range (the end, reversed).  After `next` yielded an item,
-        `prev` yields that item again.
+        `prev` yields that item again.  Cost: as `next`'s, O(log sources) per version passed over; after
+        `next`, a new merge first, as a seek.
         """
         return self._step(self._reverse)
 
@@ -2239,15 +2287,22 @@ class DBIterator(Generic[_Item]):
 
     def seek(self, target: BytesLike) -> None:
         """Stand just before `target`: `next` then yields the first item at or after it, and `prev` the last one
-        before it (the other way round for a reverse iterator), within the iterator's range, as plyvel's `seek`."""
+        before it (the other way round for a reverse iterator), within the iterator's range, as plyvel's `seek`.
+
+        Cost: a new merge at `target`, O(sources) (a deeper level's tables found by bisection); the next step
+        then reads a block of each table source (unless cached) and sorts in the keys written to the
+        memtable since its last scan.
+        """
         self._move(self._key_prefix + check_key(target), not self._reverse)
 
     def seek_to_start(self) -> None:
-        """Stand before the first key of the range, as plyvel's `seek_to_start`."""
+        """Stand before the first key of the range, as plyvel's `seek_to_start`.  A new merge, O(sources), as
+        `seek`'s."""
         self._move(self._start or b"", not self._reverse)
 
     def seek_to_stop(self) -> None:
-        """Stand after the last key of the range, as plyvel's `seek_to_stop`."""
+        """Stand after the last key of the range, as plyvel's `seek_to_stop`.  A new merge, O(sources), as
+        `seek`'s."""
         self._move(self._stop, not self._reverse)
 
     def close(self) -> None:
@@ -2257,6 +2312,9 @@ class DBIterator(Generic[_Item]):
 
         A step running in another thread at this moment cannot be stopped from here: that
         thread's loop runs on to its end, and the view is held until the iterator is dropped.
+
+        Cost: O(sources); if a flush or compaction has replaced the view's tables since, also a sweep for
+        the files no view holds any more (a directory listing, under the store's lock).
         """
         if self._closed:
             return
@@ -2310,37 +2368,52 @@ class RawIterator:
         return self._item is not None
 
     def key(self) -> bytes:
+        """The key of the item it stands on; `IteratorInvalidError` if none.  O(1): the item is held."""
         return self._current()[0]
 
     def value(self) -> bytes:
+        """The value of the item it stands on; `IteratorInvalidError` if none.  O(1)."""
         return self._current()[1]
 
     def item(self) -> tuple[bytes, bytes]:
+        """The (key, value) pair it stands on; `IteratorInvalidError` if none.  O(1)."""
         return self._current()
 
     def seek_to_first(self) -> None:
+        """Stand on the first item; not valid if the view holds none.  A new merge, O(sources), and a step, as
+        `seek`."""
         self._check()
         self._it.seek_to_start()
         self._land(forward=True)
 
     def seek_to_last(self) -> None:
+        """Stand on the last item; not valid if the view holds none.  A new merge (backward), O(sources), and a
+        step, as `seek`."""
         self._check()
         self._it.seek_to_stop()
         self._land(forward=False)
 
     def seek(self, target: BytesLike) -> None:
-        """Stand on the first item whose key is at or after `target`; not valid if there is none."""
+        """Stand on the first item whose key is at or after `target`; not valid if there is none.
+
+        Cost: a new merge over the sources at `target`, O(sources), and a step, which reads a block of each
+        table source (unless cached): `DBIterator.seek`.
+        """
         self._check()
         self._it.seek(target)
         self._land(forward=True)
 
     def next(self) -> None:
+        """Move to the next item; not valid past the last.  A `DBIterator` step, O(log sources) per version
+        passed over; after `prev` (or a seek to the last), a new merge first."""
         self._current()
         if not self._after:
             next(self._it)  # the current item again: the place moves past it
         self._land(forward=True)
 
     def prev(self) -> None:
+        """Move to the item before; not valid before the first.  As `next`: a step, O(log sources) per version
+        passed over, and a new merge first when the last move went forward (`next`, `seek` or `seek_to_first`)."""
         self._current()
         if self._after:
             self._it.prev()  # the current item again: the place moves before it
@@ -2371,7 +2444,8 @@ class RawIterator:
         self._it._pin.check()
 
     def close(self) -> None:
-        """Release the view it holds; every later use raises `ClosedError`.  Closing twice is harmless."""
+        """Release the view it holds; every later use raises `ClosedError`.  Closing twice is harmless.  Costs
+        what `DBIterator.close` does."""
         self._closed = True
         self._item = None
         self._it.close()
@@ -2510,7 +2584,11 @@ class Snapshot(_Scans):
     def get(self, key: BytesLike, default: _T, **kw: Unpack[_ReadOptions]) -> bytes | _T: ...
     def get(self, key: BytesLike, default: Any = None, verify_checksums: bool = False, fill_cache: bool = True) -> Any:
         """The value of `key` as of the snapshot, or `default` when it was absent or deleted then (the read
-        options as `DB.get`'s)."""
+        options as `DB.get`'s).
+
+        Cost: `DB.get`'s, but for a key written since the snapshot the memtable bisects its versions,
+        O(log v).
+        """
         self._check()
         if fill_cache is not True or verify_checksums is not False:  # as `DB.get`: one test on the usual call
             fill_cache = _check_read_options(verify_checksums, fill_cache)
@@ -2533,14 +2611,15 @@ class Snapshot(_Scans):
         """Release the snapshot: compaction may now drop the versions only it could see.
 
         A read of it running in another thread meanwhile gives the snapshot's answer or raises `ClosedError`;
-        an iterator made before the release reads on, unchanged.
+        an iterator made before the release reads on, unchanged.  O(1): those versions go as later flushes and
+        compactions reach them.
         """
         if not self._closed:
             self._closed = True
             self._finalizer()
 
     def release(self) -> None:
-        """`close` under plyvel's other name for it."""
+        """`close` under plyvel's other name for it.  O(1)."""
         self.close()
 
     def __enter__(self) -> Snapshot:
@@ -2588,6 +2667,7 @@ class PrefixedDB(_Writes, _Scans):
     @overload
     def get(self, key: BytesLike, default: _T, **kw: Unpack[_ReadOptions]) -> bytes | _T: ...
     def get(self, key: BytesLike, default: Any = None, verify_checksums: bool = False, fill_cache: bool = True) -> Any:
+        """`DB.get` of the prefixed key, at its cost plus O(len(prefix) + len(key)) to join the two."""
         return self.db.get(
             _prefixed(self.prefix, key), default, verify_checksums=verify_checksums, fill_cache=fill_cache
         )
@@ -2596,21 +2676,24 @@ class PrefixedDB(_Writes, _Scans):
         return self.db._item_deletes
 
     def put(self, key: BytesLike, value: BytesLike, *, sync: bool | None = None) -> None:
+        """`DB.put` of the prefixed key, at its cost plus O(len(prefix) + len(key))."""
         self.db.put(_prefixed(self.prefix, key), value, sync=sync)
 
     def delete(self, key: BytesLike, *, sync: bool | None = None) -> None:
+        """`DB.delete` of the prefixed key, at its cost plus O(len(prefix) + len(key))."""
         self.db.delete(_prefixed(self.prefix, key), sync=sync)
 
     def write_batch(self, *, transaction: bool = True, sync: bool | None = None) -> PrefixedWriteBatch:
-        """A `write_batch` of the store whose keys take the prefix."""
+        """A `write_batch` of the store whose keys take the prefix.  O(1)."""
         return PrefixedWriteBatch(self.db.write_batch(transaction=transaction, sync=sync), self.prefix)
 
     def snapshot(self) -> PrefixedSnapshot:
-        """A snapshot of the store, seen through the prefix; close it (or use ``with``) as the store's."""
+        """A snapshot of the store, seen through the prefix; close it (or use ``with``) as the store's.  O(1), and
+        it keeps what `DB.snapshot` says."""
         return PrefixedSnapshot(self.db.snapshot(), self.prefix)
 
     def prefixed_db(self, prefix: BytesLike) -> PrefixedDB:
-        """A view within this one: the two prefixes, one after the other."""
+        """A view within this one: the two prefixes, one after the other.  O(len(self.prefix) + len(prefix))."""
         return PrefixedDB(self.db, _prefixed(self.prefix, prefix, "prefix"))
 
     def _new_iterator(self, *scan: Any) -> DBIterator[Any]:
@@ -2629,27 +2712,34 @@ class PrefixedWriteBatch:
         self.prefix = prefix
 
     def put(self, key: BytesLike, value: BytesLike) -> None:
+        """`WriteBatch.put` of the prefixed key: O(len(prefix) + len(key) + len(value))."""
         self.batch.put(_prefixed(self.prefix, key), value)
 
     def delete(self, key: BytesLike) -> None:
+        """`WriteBatch.delete` of the prefixed key: O(len(prefix) + len(key))."""
         self.batch.delete(_prefixed(self.prefix, key))
 
     def clear(self) -> None:
+        """`WriteBatch.clear`: drop every op, O(len(self))."""
         self.batch.clear()
 
     def append(self, source: WriteBatch | PrefixedWriteBatch) -> None:
-        """`WriteBatch.append`: `source`'s ops as they are, their keys not prefixed again (as plyvel's)."""
+        """`WriteBatch.append`: `source`'s ops as they are, their keys not prefixed again (as plyvel's).
+        O(len(source))."""
         self.batch.append(source)
 
     def write(self) -> None:
+        """`WriteBatch.write`: one log append for the whole batch (plus an fsync if syncing) and an O(1)
+        memtable insert per op."""
         self.batch.write()
 
     @property
     def closed(self) -> bool:
-        """`WriteBatch.closed`: True once written or discarded."""
+        """`WriteBatch.closed`: True once written or discarded.  O(1)."""
         return self.batch.closed
 
     def __len__(self) -> int:
+        """Number of ops.  O(1)."""
         return len(self.batch)
 
     def __repr__(self) -> str:
@@ -2657,7 +2747,7 @@ class PrefixedWriteBatch:
 
     @property
     def approximate_size(self) -> int:
-        """`WriteBatch.approximate_size`: the encoded batch's bytes, the prefix in each key included."""
+        """`WriteBatch.approximate_size`: the encoded batch's bytes, the prefix in each key included.  O(1)."""
         return self.batch.approximate_size
 
     def __enter__(self) -> Self:
@@ -2682,6 +2772,7 @@ class PrefixedSnapshot(_Scans):
     @overload
     def get(self, key: BytesLike, default: _T, **kw: Unpack[_ReadOptions]) -> bytes | _T: ...
     def get(self, key: BytesLike, default: Any = None, verify_checksums: bool = False, fill_cache: bool = True) -> Any:
+        """`Snapshot.get` of the prefixed key, at its cost plus O(len(prefix) + len(key))."""
         return self.snapshot.get(
             _prefixed(self.prefix, key), default, verify_checksums=verify_checksums, fill_cache=fill_cache
         )
@@ -2690,6 +2781,7 @@ class PrefixedSnapshot(_Scans):
         return self.snapshot._new_iterator(*scan, key_prefix=self.prefix)
 
     def close(self) -> None:
+        """Release the snapshot (`Snapshot.close`, also as `release`).  O(1)."""
         self.snapshot.close()
 
     release = close

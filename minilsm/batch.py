@@ -285,8 +285,8 @@ class WriteBatch:
     `ClosedError`; reading it stays allowed.  A block whose batch was already
     written inside it writes nothing more at its end.
 
-    Costs: `put`/`delete` O(len(key) + len(value)) for validation, amortized
-    O(1) otherwise; `len`, `approximate_size` O(1).
+    Costs: `put`/`delete` amortized O(1), plus O(len(key) + len(value)) to copy
+    a key or value that is not `bytes`; `len`, `approximate_size` O(1).
     """
 
     __slots__ = ("_claims", "_closed", "_ops", "_owner", "_size", "_spent", "_sync", "_transaction", "_writer")
@@ -310,7 +310,8 @@ class WriteBatch:
         self._claims = itertools.count()  # a bound batch's writes, counted atomically (see `_apply`)
 
     def put(self, key: BytesLike, value: BytesLike) -> None:
-        """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized."""
+        """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized.  Amortized O(1),
+        plus O(len(key) + len(value)) to copy a `bytearray` or `memoryview` to bytes; the store sees it at `write`."""
         if self._closed:
             raise self._closed_error()
         key = check_key(key)
@@ -318,7 +319,8 @@ class WriteBatch:
         self._add(KIND_VALUE, key, value)
 
     def delete(self, key: BytesLike) -> None:
-        """Remove `key` (a no-op on the data if it is absent, but still an op with a sequence number)."""
+        """Remove `key` (a no-op on the data if it is absent, but still an op with a sequence number).  As `put`:
+        amortized O(1), plus O(len(key)) to copy a key that is not `bytes`."""
         if self._closed:
             raise self._closed_error()
         self._add(KIND_DELETE, check_key(key), b"")
@@ -352,7 +354,7 @@ class WriteBatch:
         self._size = size
 
     def clear(self) -> None:
-        """Drop every op, to reuse the batch."""
+        """Drop every op, to reuse the batch.  O(len(self))."""
         if self._closed:
             raise self._closed_error()
         self._ops.clear()
@@ -360,29 +362,34 @@ class WriteBatch:
 
     @property
     def ops(self) -> Sequence[Op]:
-        """The ops in order, ready for `encode_batch` (a live view: do not modify it)."""
+        """The ops in order, ready for `encode_batch` (a live view: do not modify it).  O(1): no copy."""
         return self._ops
 
     def __iter__(self) -> Iterator[Op]:
-        """The ops ``(kind, key, value)`` in order; value is ``b""`` for a delete."""
+        """The ops ``(kind, key, value)`` in order; value is ``b""`` for a delete.  O(1) per op."""
         return iter(self._ops)
 
     def __len__(self) -> int:
-        """Number of ops."""
+        """Number of ops.  O(1)."""
         return len(self._ops)
 
     @property
     def approximate_size(self) -> int:
-        """Bytes of the encoded payload, exactly: 12 + sum of (9 + key + value) over the ops."""
+        """Bytes of the encoded payload, exactly: 12 + sum of (9 + key + value) over the ops.  O(1): kept as ops
+        are added."""
         return self._size
 
     @property
     def closed(self) -> bool:
-        """True once a bound batch was written or discarded."""
+        """True once a bound batch was written or discarded.  O(1)."""
         return self._closed
 
     def write(self) -> None:
-        """Apply the batch atomically through the store it is bound to, then close it (even if the write raises)."""
+        """Apply the batch atomically through the store it is bound to, then close it (even if the write raises).
+
+        Cost: `DB.write`'s, one log append for the whole batch (plus an fsync if syncing) and an O(1) memtable
+        insert per op.
+        """
         if self._writer is None:
             raise ValueError("this WriteBatch is not bound to a store; pass it to db.write(batch)")
         self._apply(self._writer)

@@ -148,7 +148,7 @@ def expected_fpr(m: int, n: int, k: int) -> float:
 
     A filter with no bits (m == 0) says "maybe" to everything: rate 1.0.  The
     formula treats the k probes as independent bits; for small m the true rate
-    is slightly higher (docs/BLOOM.md).
+    is slightly higher (docs/BLOOM.md).  O(1).
     """
     if m <= 0 or k <= 0:
         return 1.0
@@ -160,7 +160,7 @@ def expected_fpr(m: int, n: int, k: int) -> float:
 def optimal_params(n: int, p: float) -> tuple[int, int]:
     """(m, k) for `n` keys at target false-positive rate `p`, as Cassandra's bloom_filter_fp_chance.
 
-    m = ceil(-n ln p / (ln 2)^2) and k = ceil(m / n * ln 2).
+    m = ceil(-n ln p / (ln 2)^2) and k = ceil(m / n * ln 2), k capped at `MAX_K`.  O(1).
     """
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")
@@ -241,6 +241,8 @@ class BloomFilter:
     __slots__ = ("_bits", "k", "num_bits", "num_keys")
 
     def __init__(self, num_bits: int, k: int, bits: bytearray | None = None, num_keys: int = 0) -> None:
+        """A filter over `bits` (taken, not copied; None: all clear) that has had `num_keys` keys added.
+        O(num_bits / 8) to allocate the bits, O(1) when given."""
         k = checked_k(num_bits, k)
         nbytes = (num_bits + 7) // 8
         if bits is None:
@@ -254,17 +256,18 @@ class BloomFilter:
 
     @classmethod
     def for_keys(cls, n: int, bits_per_key: float = 10.0) -> BloomFilter:
-        """An empty filter sized for `n` keys at `bits_per_key` (0 gives "no filter")."""
+        """An empty filter sized for `n` keys at `bits_per_key` (0 gives "no filter").  O(n * bits_per_key / 8)."""
         return cls(*params_for_keys(n, bits_per_key))
 
     @classmethod
     def for_fpr(cls, n: int, p: float) -> BloomFilter:
-        """An empty filter sized for `n` keys at false-positive rate `p`."""
+        """An empty filter sized for `n` keys at false-positive rate `p`.  O(m / 8) for its m bits."""
         return cls(*params_for_fpr(n, p))
 
     @classmethod
     def from_keys(cls, keys: Iterable[bytes], n: int, bits_per_key: float = 10.0) -> BloomFilter:
-        """A filter sized for `n` keys holding every key of `keys`."""
+        """A filter sized for `n` keys holding every key of `keys`.  O(m / 8), plus `add`'s O(len(key) + k) per
+        key."""
         f = cls.for_keys(n, bits_per_key)
         for key in keys:
             f.add(key)
@@ -373,12 +376,12 @@ class BloomFilter:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the bit array."""
+        """Bytes of the bit array, ceil(num_bits / 8).  O(1)."""
         return len(self._bits)
 
     @property
     def bits_per_key(self) -> float:
-        """Bits per added key (0.0 before any key is added)."""
+        """Bits per added key (0.0 before any key is added).  O(1)."""
         return self.num_bits / self.num_keys if self.num_keys else 0.0
 
     def fill_ratio(self) -> float:
@@ -388,7 +391,7 @@ class BloomFilter:
         return int.from_bytes(self._bits, "little").bit_count() / self.num_bits
 
     def expected_fpr(self, n: int | None = None) -> float:
-        """Theoretical false-positive rate after `n` keys (default: the keys added)."""
+        """Theoretical false-positive rate after `n` keys (default: the keys added): `expected_fpr`.  O(1)."""
         return expected_fpr(self.num_bits, self.num_keys if n is None else n, self.k)
 
     # -- combining --------------------------------------------------------------

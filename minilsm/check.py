@@ -61,15 +61,19 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """True when no finding is damage.  O(findings)."""
         return not any(f.damage for f in self.findings)
 
     def damage(self, file: str, message: str) -> None:
+        """Record damage in `file` (the check's own step; it makes `ok` False).  O(1)."""
         self.findings.append(Finding(file, message, True))
 
     def note(self, file: str, message: str) -> None:
+        """Record a harmless finding in `file`, such as a crash's leftover the next open deletes.  O(1)."""
         self.findings.append(Finding(file, message, False))
 
     def render(self) -> str:
+        """The findings, one a line, and a summary line: what ``minilsm check`` prints.  O(findings)."""
         lines = [str(f) for f in self.findings]
         problems = sum(f.damage for f in self.findings)
         lines.append(
@@ -82,6 +86,7 @@ class CheckReport:
     __str__ = render
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain JSON types: what ``minilsm check --json`` prints.  O(findings)."""
         return {
             "path": self.path,
             "ok": self.ok,

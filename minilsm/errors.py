@@ -30,7 +30,7 @@ class CorruptionError(Error):
         return (CorruptionError, (self.detail, self.path))
 
     def with_path(self, path: str) -> CorruptionError:
-        """The same error, now naming the file it came from (keeps an existing name)."""
+        """The same error, now naming the file it came from (keeps an existing name).  O(1)."""
         if self.path is not None:
             return self
         err = CorruptionError(self.detail, path)

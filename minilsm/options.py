@@ -176,7 +176,8 @@ class Options:
 
     @classmethod
     def make(cls, options: Options | None = None, **kwargs: Any) -> Options:
-        """Options from an optional base plus keyword overrides; unknown names are a TypeError."""
+        """Options from an optional base plus keyword overrides; unknown names are a TypeError.  O(fields): the
+        overrides make one new `Options`, checked whole."""
         if options is not None and not isinstance(options, cls):
             raise TypeError(f"options must be an Options, not {type(options).__name__} (or pass keyword arguments)")
         base = options if options is not None else cls()

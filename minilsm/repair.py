@@ -102,9 +102,12 @@ class RepairReport:
 
     @property
     def ok(self) -> bool:
+        """True when the repair found no damage.  O(1)."""
         return not self.findings
 
     def render(self) -> str:
+        """The findings and moves, one a line, and a summary line: what ``minilsm repair`` prints.  O(findings +
+        files moved + tables written)."""
         lines = [str(f) for f in self.findings]
         lines += [f"moved to {LOST_DIR}/: {name}" for name in self.moved]
         if self.kept_before:
@@ -121,6 +124,8 @@ class RepairReport:
     __str__ = render
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain JSON types, tables by file name: what ``minilsm repair --json`` prints.  O(findings
+        + files moved + tables written)."""
         d = dataclasses.asdict(self)  # the findings become dicts too
         d["ok"] = self.ok
         d["tables_written"] = [table_file_name(m.number) for m in self.tables_written]

@@ -117,7 +117,14 @@ def check_store(path: str | os.PathLike[str], fs: FileSystem = DEFAULT_FS) -> Ch
             elif is_scratch_name(name):
                 report.note(name, "a compaction worker's scratch directory (left by a crash; the next open deletes it)")
             elif is_store_temp_file(name):
-                report.note(name, "temporary file (left by a crash; the next open deletes it)")
+                if fs.is_regular_file(f"{path}/{name}"):
+                    report.note(name, "temporary file (left by a crash; the next open deletes it)")
+                else:
+                    # The open writes through this name before it sweeps leftovers, and refuses to write
+                    # through anything but a file of its own (`FileSystem.open_writable`): it would fail.
+                    report.damage(
+                        name, "not a regular file: the store cannot write its temporary file there (remove it)"
+                    )
         return report
 
 

@@ -18,8 +18,10 @@ import stat
 import sys
 import threading
 import weakref
-from typing import Final, Protocol
+from collections.abc import Callable
+from typing import Any, Final, Protocol, TypeVar
 
+_R = TypeVar("_R")
 _WRITE_BUFFER: Final = 64 * 1024
 """Bytes of appends a writable file collects before it writes them out without being asked."""
 
@@ -57,11 +59,13 @@ class FileSystem:
     """The real filesystem.  Subclass or replace to inject faults in tests."""
 
     def open_writable(self, path: str) -> WritableFile:
-        """Create (or truncate) `path` for appending."""
+        """Create (or truncate) `path` for appending.  `OSError` naming `path` if it is a symlink (not followed) or
+        anything but a regular file."""
         return _PosixWritableFile(path)
 
     def open_appendable(self, path: str) -> WritableFile:
-        """Open an existing `path` for appending at its end (created if missing)."""
+        """Open an existing `path` for appending at its end (created if missing).  `OSError` naming `path` if it is
+        anything but a regular file."""
         return _PosixWritableFile(path, append=True)
 
     def open_random(self, path: str) -> RandomAccessFile:
@@ -135,6 +139,13 @@ class FileSystem:
 
     def is_dir(self, path: str) -> bool:
         return os.path.isdir(path)
+
+    def is_regular_file(self, path: str) -> bool:
+        """Whether `path` is a regular file itself, not a symlink (to one or not), a directory, a FIFO or a device."""
+        try:
+            return stat.S_ISREG(os.lstat(path).st_mode)
+        except OSError:
+            return False
 
     def makedirs(self, path: str) -> None:
         """Make directory `path` and any missing above it.  Call `sync_dir` on the directory above each new one to
@@ -212,8 +223,17 @@ class _PosixWritableFile:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._pid = os.getpid()
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        # A name the store writes anew (a table, a log, MANIFEST.tmp) is never a symlink of its own making: one
+        # found there is not followed, so that nothing outside the store is created or truncated through it.
+        # O_NONBLOCK (no effect on a regular file's writes) makes a FIFO found there an error, not a wait for a
+        # reader that never comes; `_check_regular` refuses it, and a device, at once.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC | os.O_NOFOLLOW)
         self._fd = os.open(path, flags, 0o666)  # the mode open() uses; the umask applies
+        try:
+            _check_regular(self._fd, path)
+        except OSError:
+            self.close()
+            raise
 
     def append(self, data: bytes) -> None:
         self._pending.append(data)
@@ -230,9 +250,13 @@ class _PosixWritableFile:
         # as os.write returns would otherwise leave written bytes pending, for the next flush to write again.
         pending.clear()
         self._pending_bytes = 0
-        written = os.write(self._fd, data)
-        if written < len(data):
-            self._write_rest(data, written)
+        try:
+            written = os.write(self._fd, data)
+            if written < len(data):
+                self._write_rest(data, written)
+        except OSError as e:
+            _name_file(e, self.path)
+            raise
 
     def _write_rest(self, data: bytes, written: int) -> None:
         # A short write (a signal, a nearly full disk): write the rest, until done or a write fails.
@@ -242,7 +266,7 @@ class _PosixWritableFile:
 
     def sync(self) -> None:
         self.flush()
-        os.fsync(self._fd)
+        _named(os.fsync, self.path, self._fd)
 
     def close(self) -> None:
         """Flush and close (idempotent); the descriptor is closed even if the flush fails."""
@@ -265,6 +289,32 @@ class _PosixWritableFile:
             self.close()
 
 
+def _name_file(e: OSError, path: str) -> None:
+    """Make `e` name `path` if it names no file: an error of a call on a descriptor (``write``, ``fsync``,
+    ``pread``) names none, and a `StoreIOError` that quotes it must say which file failed."""
+    if e.filename is None:
+        e.filename = path
+
+
+def _named(call: Callable[..., _R], path: str, *args: Any) -> _R:
+    """``call(*args)``, its `OSError` naming `path` (`_name_file`)."""
+    try:
+        return call(*args)
+    except OSError as e:
+        _name_file(e, path)
+        raise
+
+
+def _check_regular(fd: int, path: str) -> os.stat_result:
+    """The stat of the descriptor `fd` of `path`; `OSError` naming `path` unless it is a regular file (a directory, a
+    FIFO, a device found where the store keeps a file), which the caller closes."""
+    st = _named(os.fstat, path, fd)
+    if not stat.S_ISREG(st.st_mode):
+        code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL
+        raise OSError(code, os.strerror(code) if code == errno.EISDIR else "not a regular file", path)
+    return st
+
+
 def _open_regular(path: str) -> tuple[int, os.stat_result]:
     """A read-only descriptor of `path` and its stat, refusing anything but a regular file with `path` in the error.
 
@@ -273,12 +323,11 @@ def _open_regular(path: str) -> tuple[int, os.stat_result]:
     the type check turn both into an error at once.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+    try:
+        return fd, _check_regular(fd, path)
+    except OSError:
         os.close(fd)
-        code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL
-        raise OSError(code, os.strerror(code) if code == errno.EISDIR else "not a regular file", path)
-    return fd, st
+        raise
 
 
 class _PosixRandomAccessFile:
@@ -290,7 +339,11 @@ class _PosixRandomAccessFile:
         self._size = size
 
     def pread(self, offset: int, size: int) -> bytes:
-        return os.pread(self._fd, size, offset)
+        try:  # free in CPython 3.11+ unless it raises: every block read comes here
+            return os.pread(self._fd, size, offset)
+        except OSError as e:
+            _name_file(e, self.path)
+            raise
 
     def size(self) -> int:
         return self._size

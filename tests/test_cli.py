@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -541,6 +542,67 @@ def test_check_reports_an_unreadable_manifest_as_damage(
     assert [(f.file, f.damage) for f in report.findings if f.damage] == [("MANIFEST", True)]
     code, out, _ = run(capsys, "check", store)
     assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST: cannot be read" in out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/null", "dangling link", "directory"])
+def test_a_temporary_name_that_is_no_file_of_the_stores_is_damage_and_never_written_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Was, for a MANIFEST.tmp that is no regular file (every open writes that name before it sweeps leftovers):
+    a FIFO hung the open forever; a link to /dev/null failed it with "[Errno 22] Invalid argument", naming no
+    file (an fsync's error names none); a dangling link made the open create the file it points to, outside the
+    store; and `check` said "ok", the next open would delete it.  Now the open refuses to write through any of
+    them, naming the file, writes nothing elsewhere, and `check` reports it as damage."""
+    store = str(tmp_path / "store")
+    build(store, 50)
+    scanned = run(capsys, "scan", store)
+    leftover, elsewhere = os.path.join(store, "MANIFEST.tmp"), str(tmp_path / "elsewhere")
+    if kind == "fifo":
+        os.mkfifo(leftover)
+    elif kind == "directory":
+        os.mkdir(leftover)
+    else:
+        os.symlink("/dev/null" if kind == "link to /dev/null" else elsewhere, leftover)
+    outcome: list[BaseException | None] = []
+
+    def open_store() -> None:
+        try:
+            minilsm.DB(store).close()
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    opener = threading.Thread(target=open_store, daemon=True)
+    opener.start()
+    opener.join(20)
+    assert outcome, "the open hung"
+    assert isinstance(outcome[0], minilsm.StoreIOError) and repr(leftover) in str(outcome[0]), outcome
+    assert not os.path.exists(elsewhere)
+    code, out, _ = run(capsys, "check", store)
+    assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST.tmp: not a regular file" in out, out
+    (os.rmdir if kind == "directory" else os.remove)(leftover)
+    assert run(capsys, "check", store)[0] == EXIT_OK
+    assert run(capsys, "scan", store) == scanned
+
+
+def test_an_error_of_a_call_on_an_open_file_names_the_file(tmp_path: Path) -> None:
+    """Was: `os.write`, `os.fsync` and `os.pread` take a descriptor, and their errors name no file, so a
+    StoreIOError quoting one (an EIO on a flush, say) could not say which file failed."""
+    from minilsm.fs import DEFAULT_FS
+
+    path = str(tmp_path / "f")
+    writable = DEFAULT_FS.open_writable(path)
+    writable.append(b"x")
+    readable = DEFAULT_FS.open_random(path)
+    for f in (writable, readable):
+        os.close(f._fd)  # type: ignore[attr-defined]  # every call on it now fails, EBADF
+    with pytest.raises(OSError) as e:
+        writable.sync()
+    assert e.value.errno == errno.EBADF and e.value.filename == path
+    with pytest.raises(OSError) as e:
+        readable.pread(0, 1)
+    assert e.value.errno == errno.EBADF and e.value.filename == path
+    writable._fd = readable._fd = -1  # type: ignore[attr-defined]  # closed already: their finalizers skip it
 
 
 def test_tables_and_dump_clip_keys_at_the_size_limit(capsys: pytest.CaptureFixture[str]) -> None:

@@ -475,7 +475,13 @@ class DB(_Writes, _Scans):
                     f"{read.dropped_bytes} bytes is dropped: an edit the store acted on is damaged",
                     manifest_path,
                 )
-            return CorruptionError(f"{what} is missing", file)
+            # A manifest cut short exactly at a record's edge reads whole, as the older manifest it once was: the
+            # file may be one that a lost edit removed.  Said, with the way out, as the message can know no more.
+            return CorruptionError(
+                f"{what} is missing (deleted, or the manifest lost edits at its end: `minilsm repair` rebuilds "
+                "the store from the files there)",
+                file,
+            )
 
         # The manifest lists every level the store had, empty or not: a store made with a larger
         # max_levels opens with a smaller one as long as no table sits below it.

@@ -178,13 +178,19 @@ def foreign_store(names: Iterable[str]) -> str | None:
 
     LevelDB's and RocksDB's ``CURRENT`` file names their ``MANIFEST-NNNNNN``.  Their logs are named as minilsm's
     (``000003.log``), and RocksDB's tables too: taken for a damaged minilsm store, such a directory would be
-    repaired (its logs moved into ``lost/``) or destroyed.  O(len(names)).
+    repaired (its logs moved into ``lost/``) or destroyed.  One whose ``MANIFEST-NNNNNN`` is lost still has its
+    ``CURRENT`` and the info log ``LOG`` that both engines write (or LevelDB's ``.ldb`` tables), none of which
+    minilsm writes: that is their store too, a damaged one for their own repair.  O(len(names)).
     """
     names = set(names)
     if "CURRENT" not in names:
         return None
     manifests = sorted(n for n in names if _FOREIGN_MANIFEST.fullmatch(n))
-    return f"a LevelDB or RocksDB store (CURRENT, {manifests[-1]})" if manifests else None
+    if manifests:
+        return f"a LevelDB or RocksDB store (CURRENT, {manifests[-1]})"
+    if "LOG" in names or any(n.endswith(".ldb") for n in names):
+        return "a LevelDB or RocksDB store (CURRENT, with no MANIFEST-NNNNNN: damaged, for their own repair)"
+    return None
 
 
 def refuse_foreign_store(dirname: str, names: Iterable[str]) -> None:

@@ -513,6 +513,24 @@ def test_a_leveldb_directory_is_refused_by_the_store_and_every_tool_and_left_as_
     assert {n: Path(path, n).read_bytes() for n in os.listdir(path)} == before
 
 
+def test_a_leveldb_directory_that_lost_its_manifest_is_refused_too_and_left_as_it_was(path: str) -> None:
+    """Was (found by the corruption audit): with its MANIFEST-NNNNNN gone, LevelDB's directory was no foreign
+    store any more, by the rule that needed one: the open called it a minilsm store with no MANIFEST, the answer to
+    which is a repair, and the repair moved LevelDB's log into lost/ and wrote a minilsm store there.  Its CURRENT
+    and its info log LOG (which minilsm never writes) still say whose it is."""
+    leveldb_directory(path)
+    for name in os.listdir(path):
+        if name.startswith("MANIFEST-"):
+            os.remove(os.path.join(path, name))
+    before = {n: Path(path, n).read_bytes() for n in os.listdir(path)}
+    assert "LOG" in before and any(n.endswith(".log") for n in before)
+    refused = f"no minilsm store at {path}: it holds a LevelDB or RocksDB store (CURRENT, with no MANIFEST-NNNNNN"
+    for call in (minilsm.DB, repair_store, check_store, destroy_store):
+        with pytest.raises(minilsm.NotFoundError, match=re.escape(refused)):
+            call(path)
+    assert {n: Path(path, n).read_bytes() for n in os.listdir(path)} == before
+
+
 def test_destroy_leaves_a_foreign_directory_named_like_a_table_and_removes_the_rest(path: str) -> None:
     """The store opens with a directory named like a table (it is no table of its manifest), so destroy must
     remove the store around it: removing it raised IsADirectoryError after the tables that sort before it were

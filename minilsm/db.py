@@ -2536,10 +2536,13 @@ class _Pin:
         if version is None or db is None:
             return
         # The store deletes files only no live Version holds, so let go of ours before
-        # asking; and ask only if the store has moved on (a sweep lists the directory).
+        # asking; and ask only if the store has moved on and no one else holds this
+        # version (a sweep lists the directory, under the mutex): of many iterators on
+        # one old view, the last to let go sweeps, not each.
         superseded = version.superseded
+        held = weakref.ref(version)
         del version
-        if superseded:
+        if superseded and held() is None:
             db._released_superseded_version()
 
 

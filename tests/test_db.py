@@ -694,6 +694,27 @@ def test_closing_an_iterator_deletes_the_tables_only_it_held(db_path: str) -> No
         assert not pinned & set(os.listdir(db_path))  # closed, so released and deleted
 
 
+def test_of_many_iterators_on_an_old_view_the_last_to_close_sweeps_its_tables(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: each iterator closed on a view that compaction had replaced swept the directory (a listing, under the
+    store's mutex), though the others still held the view and nothing could go."""
+    with minilsm.DB(db_path, **small_options()) as db:
+        fill(db, 300)
+        db.flush()
+        its = [db.iterator() for _ in range(5)]
+        pinned = {f"{n:06d}.sst" for n in db.version.numbers()}
+        db.compact_range()
+        sweeps = []
+        sweep = db._delete_obsolete_files
+        monkeypatch.setattr(db, "_delete_obsolete_files", lambda: (sweeps.append(1), sweep())[1])
+        for it in its[:-1]:
+            it.close()
+        assert sweeps == [] and pinned <= set(os.listdir(db_path))  # the last iterator reads them still
+        its[-1].close()
+        assert sweeps == [1] and not pinned & set(os.listdir(db_path))
+
+
 def test_snapshot_keeps_the_old_view_through_compaction(db: minilsm.DB) -> None:
     data = fill(db, 300)
     with db.snapshot() as snap:

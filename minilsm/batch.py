@@ -256,6 +256,12 @@ class LogChain:
         self.torn = self._empty = self._after = None
 
 
+class BatchOwner(Protocol):
+    """The store a bound batch belongs to (minilsm.db's `DB`): a batch of a closed store takes no more ops."""
+
+    _closed: bool
+
+
 class BatchView(Protocol):
     """A view of a `WriteBatch` that `WriteBatch.append` takes as the batch itself: minilsm.db's
     `PrefixedWriteBatch` (a layer above this module, which cannot name it)."""
@@ -296,7 +302,7 @@ class WriteBatch:
         *,
         _writer: Callable[[WriteBatch], None] | None = None,
         _sync: bool | None = None,
-        _owner: object = None,
+        _owner: BatchOwner | None = None,
         _transaction: bool = True,
     ) -> None:
         self._ops: list[Op] = []
@@ -310,9 +316,10 @@ class WriteBatch:
         self._claims = itertools.count()  # a bound batch's writes, counted atomically (see `_apply`)
 
     def put(self, key: BytesLike, value: BytesLike) -> None:
-        """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized.  Amortized O(1),
-        plus O(len(key) + len(value)) to copy a `bytearray` or `memoryview` to bytes; the store sees it at `write`."""
-        if self._closed:
+        """Set `key` to `value`.  TypeError for str or other non-bytes, ValueError if oversized, `ClosedError` once
+        the batch is spent or its store closed.  Amortized O(1), plus O(len(key) + len(value)) to copy a
+        `bytearray` or `memoryview` to bytes; the store sees it at `write`."""
+        if self._closed or (self._owner is not None and self._owner._closed):
             raise self._closed_error()
         key = check_key(key)
         value = check_value(value)
@@ -321,7 +328,7 @@ class WriteBatch:
     def delete(self, key: BytesLike) -> None:
         """Remove `key` (a no-op on the data if it is absent, but still an op with a sequence number).  As `put`:
         amortized O(1), plus O(len(key)) to copy a key that is not `bytes`."""
-        if self._closed:
+        if self._closed or (self._owner is not None and self._owner._closed):
             raise self._closed_error()
         self._add(KIND_DELETE, check_key(key), b"")
 
@@ -421,6 +428,8 @@ class WriteBatch:
             self._close()
 
     def _closed_error(self) -> ClosedError:
+        if not self._closed:  # open, but its store is closed: plyvel's batch refuses ops then too
+            return ClosedError("write batch of a closed store")
         return ClosedError(f"write batch {self._spent}")
 
     def __enter__(self) -> WriteBatch:

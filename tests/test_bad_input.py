@@ -183,6 +183,7 @@ def test_closed_store_and_snapshot(db_path: str) -> None:
     snap = db.snapshot()
     batch = db.write_batch()
     batch.put(b"late", b"write")
+    prefixed = db.prefixed_db(b"p").write_batch()
     it = db.iterator()
     db.close()
     with pytest.raises(minilsm.ClosedError):
@@ -191,7 +192,10 @@ def test_closed_store_and_snapshot(db_path: str) -> None:
         lambda: db.get(b"k"), lambda: db.put(b"k", b"v"), lambda: db.delete(b"k"), lambda: db[b"key001"],
         lambda: db.__setitem__(b"k", b"v"), lambda: db.__delitem__(b"key001"), lambda: b"key001" in db,
         lambda: list(db), lambda: db.iterator(), lambda: db.snapshot(), lambda: db.flush(),
-        lambda: db.compact_range(), lambda: db.write(minilsm.WriteBatch()), lambda: batch.write(),
+        lambda: db.compact_range(), lambda: db.write(minilsm.WriteBatch()),
+        # A batch made before the close takes no more ops, as plyvel's (was: only its write raised).
+        lambda: batch.put(b"more", b"x"), lambda: batch.delete(b"k"), lambda: prefixed.put(b"k", b"v"),
+        lambda: batch.write(),
         lambda: snap.get(b"key001"), lambda: snap.iterator(), lambda: snap[b"key001"],
         lambda: db.__delitem__(b"absent"),  # was KeyError: the check read the memtables of the closed store
     ]  # fmt: skip

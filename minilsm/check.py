@@ -6,8 +6,10 @@ neither: it only reads, and it reports every problem it finds.  So it walks
 the files itself: the manifest and its checksum, then every table the manifest
 lists (`TableReader.open` checks footer, index, filter and properties;
 `TableReader.verify` every data block and how it agrees with them) against
-what the manifest says of it, the level invariants, and every log that
-recovery would replay (each record's checksums and its batch encoding).
+what the manifest says of it, the level invariants (levels 1 and deeper
+sorted and disjoint; each key's versions older in each table a read probes
+later, which no checksum covers), and every log that recovery would replay
+(each record's checksums and its batch encoding).
 
 Findings are *damage* (the store would not open, or would return wrong data)
 or *notes* (what a crash leaves and the next open cleans up: a torn log tail,
@@ -19,16 +21,19 @@ rather than checked mid-change.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from minilsm.batch import LogChain
+from minilsm.cache import TableFileCache
 from minilsm.db import lock_holder, store_path
 from minilsm.errors import CorruptionError, LockError, NotFoundError, StoreIOError
 from minilsm.fs import DEFAULT_FS, FileSystem
 from minilsm.manifest import LOCK_NAME, MANIFEST_NAME, ManifestState, read_manifest, refuse_foreign_store
+from minilsm.options import Options
 from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_file_name
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
@@ -99,7 +104,9 @@ class CheckReport:
 
 
 def check_store(path: str | os.PathLike[str], fs: FileSystem = DEFAULT_FS) -> CheckReport:
-    """Verify every checksum of every live file of the store at `path`, reading only.  O(store size).
+    """Verify every checksum of every live file of the store at `path`, reading only.  O(store size): every
+    table is read twice, once for its blocks and once to merge its versions with every other table's, in
+    O(versions * log(tables)), to check that each key's versions grow older in the order reads probe them.
 
     `path` is taken as `DB` takes it (str, bytes or path-like, made absolute).  Raises `NotFoundError` if `path`
     holds no store, `LockError` if the store is open, `ValueError` if `path` is empty (not the working directory).
@@ -211,10 +218,40 @@ def _check_manifest(fs: FileSystem, path: str, names: list[str], report: CheckRe
 
 
 def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: CheckReport) -> set[int]:
-    """Open and verify each table the manifest lists; returns their numbers."""
+    """Open and verify each table the manifest lists, and the order of its levels; returns their numbers."""
     readers: list[list[TableReader]] = []
     seen: set[int] = set()
     stats = Stats()
+    # Readers that fetch their file for each read, as the store's do: the level order is checked with every
+    # table at hand, and a store may have more tables than this process may open files.
+    files = TableFileCache(fs, Options().max_open_files)
+    try:
+        _verify_tables(fs, path, state, report, readers, seen, stats, files)
+        try:
+            version = Version(readers, max(len(readers), 2))
+            version.check_invariants()
+        except AssertionError as e:
+            report.damage(MANIFEST_NAME, f"levels are inconsistent: {e}")
+        else:
+            _check_level_order(version, report)
+    finally:
+        for reader in (r for level in readers for r in level):
+            reader.close()
+        files.clear()
+    return seen
+
+
+def _verify_tables(
+    fs: FileSystem,
+    path: str,
+    state: ManifestState,
+    report: CheckReport,
+    readers: list[list[TableReader]],
+    seen: set[int],
+    stats: Stats,
+    files: TableFileCache,
+) -> None:
+    """Verify each table the manifest lists, adding each whole one to `readers` (open) and each number to `seen`."""
     for level, metas in enumerate(state.levels):
         readers.append([])
         for meta in metas:
@@ -227,7 +264,7 @@ def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: Check
                 report.damage(name, f"missing (the manifest lists it at level {level})")
                 continue
             try:
-                reader = TableReader.open(fs, path, meta.number, stats)
+                reader = TableReader.open(fs, path, meta.number, stats, file_cache=files)
             except (CorruptionError, OSError) as e:
                 report.damage(name, _detail(e))
                 continue
@@ -239,14 +276,51 @@ def _check_tables(fs: FileSystem, path: str, state: ManifestState, report: Check
                     report.damage(name, f"the manifest says {meta}, the table holds {reader.meta}")
                 readers[level].append(reader)
             except (CorruptionError, OSError) as e:
-                report.damage(name, _detail(e))
-            finally:
                 reader.close()
-    try:
-        Version(readers, max(len(readers), 2)).check_invariants()
-    except AssertionError as e:
-        report.damage(MANIFEST_NAME, f"levels are inconsistent: {e}")
-    return seen
+                files.evict(reader.path)
+                report.damage(name, _detail(e))
+
+
+def _versions_ranked(tables: list[TableReader], rank: int) -> Iterator[tuple[bytes, int, int, int]]:
+    """``(user_key, rank, -sequence, table number)`` of each version of `tables` (sorted and disjoint), in
+    internal order: one table read at a time."""
+    for table in tables:
+        number = table.number
+        for key, trailer, _ in table.iter_entries():
+            yield key, rank, -(trailer >> 8), number
+
+
+def _check_level_order(version: Version, report: CheckReport) -> None:
+    """Damage unless each key's versions grow older in the order a read probes the tables (level 0's newest
+    first, then each deeper level): a read takes the first version it meets, so a newer one deeper down is
+    never read.  No checksum covers this: a manifest written whole that places tables wrongly (two backups
+    mixed, a writer's bug) reads back whole, and the open trusts it.  One merge of every table's versions:
+    O(versions * log(tables)), beside the O(store size) of the reads."""
+    # Each table of level 0 a rank of its own, in the order reads probe them; each deeper level one rank.
+    runs = [[t] for t in version.levels[0]] + [list(level) for level in version.levels[1:] if level]
+    level_of = {t.number: level for level, t in version.tables()}
+    last_key: bytes | None = None
+    rank_now = oldest = 0  # the rank of the versions of `last_key` being read, and the oldest sequence there
+    above: tuple[int, int] | None = None  # the oldest version above that rank: (sequence, table number)
+    where = 0
+    for key, rank, minus_seq, number in heapq.merge(*(_versions_ranked(run, rank) for rank, run in enumerate(runs))):
+        seq = -minus_seq
+        if key != last_key:
+            last_key, rank_now, above = key, rank, None
+        elif rank != rank_now:
+            if above is None or oldest < above[0]:
+                above = (oldest, where)
+            rank_now = rank
+        oldest, where = seq, number  # a table's versions of a key come newest first
+        if above is not None and seq > above[0]:
+            newer, older = table_file_name(number), table_file_name(above[1])
+            report.damage(
+                MANIFEST_NAME,
+                f"levels out of order: {key!r} has a newer version (sequence {seq}) in {newer} at level "
+                f"{level_of[number]} than in {older} at level {level_of[above[1]]} (sequence {above[0]}), which a "
+                "read meets first",
+            )
+            return  # one says it: a misplaced table puts every key it shares out of order
 
 
 def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestState | None, report: CheckReport) -> None:

@@ -1913,6 +1913,8 @@ def _wait_for_a_dropped_store(path: str) -> bool:
         return True  # freed since (or open under another name, for which the second refusal is as good)
     hold, ref, cond, done = db._bg_hold, weakref.ref(db), db._cond, db._bg_done
     del db
+    if ref() is None:
+        return True  # the thread let go meanwhile, and this reference was the last: the store and its lock are gone
     if hold is None or done is None or not hold.held:
         return False
     let_go = hold.let_go

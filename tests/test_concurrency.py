@@ -437,6 +437,39 @@ def test_an_open_refused_by_a_store_its_background_thread_holds_waits_for_the_jo
         in_use[0].close()
 
 
+def test_an_open_that_lets_go_of_the_last_reference_to_a_dropped_store_while_looking_for_it_goes_on(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the refused open takes the open stores of the process in a list, and so holds each a moment; when
+    the dropped store's background thread let go in that moment (its job ended), the open's own reference was the
+    last, and letting go of it freed the store and its lock; the open then saw a thread not holding the store and
+    raised LockError, "already open in this process", though nothing held the directory.  Here the thread lets go
+    while the open's list holds the store, as a thread switch at that point does (1 open in 500 of a loop that
+    opens, writes and drops the store, with thread switches every 10 us)."""
+    db, fs = store_with_compaction_at_the_gate(db_path)
+    db.put(b"k", b"2")
+    hold = db._bg_hold
+    assert hold is not None
+    del db
+
+    class LetGoWhileListed(weakref.WeakSet[minilsm.DB]):
+        def __iter__(self) -> Iterator[minilsm.DB]:
+            for store in super().__iter__():
+                yield store  # the caller's list holds it now
+                if store.path == db_path:
+                    let_go = hold.let_go
+                    fs.gate.set()
+                    deadline = time.monotonic() + 10
+                    while hold.let_go == let_go and time.monotonic() < deadline:
+                        time.sleep(0.001)
+
+    monkeypatch.setattr(minilsm.db, "_open_stores", LetGoWhileListed(minilsm.db._open_stores))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        with minilsm.DB(db_path, **small_options()) as db:
+            assert db.get(b"k") == b"2"
+
+
 def test_an_open_refused_by_a_store_in_use_that_its_thread_does_not_hold_does_not_wait(db_path: str) -> None:
     """The wait is for a store only its background thread may keep: one idle, held by its user, refuses at once."""
     with minilsm.DB(db_path, **small_options(background=True)) as db:

@@ -94,6 +94,10 @@ from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log
 SEEK_CHECK_INTERVAL: Final = 0.5
 """Seconds between the idle background thread's looks for a seek compaction (reads never wake it: they take
 no lock)."""
+FREEING_WAIT: Final = 0.1
+"""Seconds that an open refused by a lock of this process, with no store of this process open on the path, asks
+again (`DB._lock`): a store being freed leaves the open stores as its weak references go, before its lock goes
+with its attributes, and its table files closing between the two let other threads run."""
 DROPPED_STORE_WAIT: Final = 60.0
 """Seconds at most that an open refused by a store of this process waits for that store's background job to
 end, in case the store was dropped without `close()` and only the job keeps it (`DB._lock`).  A job is one flush
@@ -417,19 +421,32 @@ class DB(_Writes, _Scans):
         Held by a store of this process whose background thread is running a job, it may be a store dropped
         without `close()` that only the thread keeps open (`_background_loop`): wait for the job to end, then ask
         again, as a plyvel reopen after a drop follows LevelDB's destructor, which waits for the compaction under
-        way.  A store still in use then refuses it, a job later.  O(1), or O(stores open) and the job's time.
+        way.  A store still in use then refuses it, a job later.  Held with no store open there, it may be a store
+        being freed, which has left the open stores but not yet let go of its lock: ask again for `FREEING_WAIT`
+        seconds.  O(1), or O(stores open) and the job's time.
         """
         name = f"{self.path}/{LOCK_NAME}"
-        for again in (False, True):
+        waited = False
+        gone_at = 0.0
+        while True:
             try:
                 return self._fs.lock(name)
             except BlockingIOError as e:
                 # Decided inside the handler: the exception kept in a local past it would hold this frame, and
                 # so the store, in a cycle that only the cycle collector frees, and a store dropped later would
                 # keep its lock till then.
-                if again or not isinstance(e, LockedInThisProcessError) or not _wait_for_a_dropped_store(self.path):
-                    raise LockError(f"{self.path} is already open {lock_holder(e)}") from None
-        raise AssertionError("unreachable: the second try returns or raises")
+                if isinstance(e, LockedInThisProcessError):
+                    again = _wait_for_a_dropped_store(self.path, may_wait=not waited)
+                    if again is None:
+                        gone_at = gone_at or time.monotonic()
+                        again = time.monotonic() - gone_at < FREEING_WAIT
+                        if again:
+                            time.sleep(0.001)
+                    else:
+                        waited = waited or again
+                    if again:
+                        continue
+                raise LockError(f"{self.path} is already open {lock_holder(e)}") from None
 
     def _store_exists(self) -> bool:
         """Whether the directory holds a store, refused as `create_if_missing`/`error_if_exists` say."""
@@ -1898,10 +1915,11 @@ class _BackgroundHold:
         self.let_go = 0
 
 
-def _wait_for_a_dropped_store(path: str) -> bool:
+def _wait_for_a_dropped_store(path: str, may_wait: bool) -> bool | None:
     """Whether an open refused by the lock of a store of this process on `path` should ask again: yes once the
-    store's background thread, which holds it (for a job, or a look for one), lets go, or if no store is open
-    there any more; no, at once, if the store is open and its thread does not hold it (someone else does).
+    store's background thread, which holds it (for a job, or a look for one), lets go (if `may_wait`), or once
+    the store is gone; no, at once, if the store is open and its thread does not hold it (someone else does).
+    None if no store is open there: freed since, or being freed (or open under another name, or opening).
 
     Waits `DROPPED_STORE_WAIT` seconds at most, holding the store only weakly, so that a store dropped without
     `close()` is freed as its thread lets go.
@@ -1910,12 +1928,12 @@ def _wait_for_a_dropped_store(path: str) -> bool:
         if db.path == path and not db._closed:
             break
     else:
-        return True  # freed since (or open under another name, for which the second refusal is as good)
+        return None
     hold, ref, cond, done = db._bg_hold, weakref.ref(db), db._cond, db._bg_done
     del db
     if ref() is None:
         return True  # the thread let go meanwhile, and this reference was the last: the store and its lock are gone
-    if hold is None or done is None or not hold.held:
+    if not may_wait or hold is None or done is None or not hold.held:
         return False
     let_go = hold.let_go
     deadline = time.monotonic() + DROPPED_STORE_WAIT

@@ -470,6 +470,33 @@ def test_an_open_that_lets_go_of_the_last_reference_to_a_dropped_store_while_loo
             assert db.get(b"k") == b"2"
 
 
+def test_an_open_refused_while_a_dropped_store_is_being_freed_goes_on(db_path: str) -> None:
+    """Was (found by the drop/reopen audit): a dropped store leaves the process's open stores as it is freed, as
+    its weak references go, before its lock goes with its attributes (its table files close in between, and other
+    threads run), so an open refused in that moment found no store to wait for, asked again at once, and was
+    refused again: LockError, "already open in this process", with no store left (2 loops in 1,500 with thread
+    switches every 10 us).  Now an open refused with no store open there asks again for FREEING_WAIT.  Here the
+    moment lasts 20 ms: a callback of the store's weak reference sleeps, in the thread that frees it."""
+    db, fs = store_with_compaction_at_the_gate(db_path)
+    db.put(b"k", b"2")
+    freeing = threading.Event()
+
+    def being_freed(_: object) -> None:
+        freeing.set()
+        time.sleep(0.02)
+
+    store = weakref.ref(db, being_freed)
+    del db
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        fs.gate.set()
+        assert freeing.wait(10), "the store was never freed"
+        assert minilsm.db.FREEING_WAIT > 0.02
+        with minilsm.DB(db_path, **small_options()) as db:
+            assert db.get(b"k") == b"2"
+    assert store() is None
+
+
 def test_an_open_refused_by_a_store_in_use_that_its_thread_does_not_hold_does_not_wait(db_path: str) -> None:
     """The wait is for a store only its background thread may keep: one idle, held by its user, refuses at once."""
     with minilsm.DB(db_path, **small_options(background=True)) as db:

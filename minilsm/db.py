@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import sys
@@ -423,10 +424,12 @@ class DB(_Writes, _Scans):
         again, as a plyvel reopen after a drop follows LevelDB's destructor, which waits for the compaction under
         way.  A store still in use then refuses it, a job later.  Held with no store open there, it may be a store
         being freed, which has left the open stores but not yet let go of its lock: ask again for `FREEING_WAIT`
-        seconds.  O(1), or O(stores open) and the job's time.
+        seconds.  Before it refuses, it runs the cycle collector once: a dropped store that a reference cycle
+        holds (a background failure's traceback holds the store's frames) is garbage that only it frees.  O(1), or
+        O(stores open) and the job's time, and a collection when refused.
         """
         name = f"{self.path}/{LOCK_NAME}"
-        waited = False
+        waited = collected = False
         gone_at = 0.0
         while True:
             try:
@@ -444,6 +447,9 @@ class DB(_Writes, _Scans):
                             time.sleep(0.001)
                     else:
                         waited = waited or again
+                    if not again and not collected:
+                        collected = again = True
+                        gc.collect()
                     if again:
                         continue
                 raise LockError(f"{self.path} is already open {lock_holder(e)}") from None

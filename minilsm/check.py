@@ -29,7 +29,7 @@ from typing import Any
 
 from minilsm.batch import LogChain
 from minilsm.cache import TableFileCache
-from minilsm.db import lock_holder, store_path
+from minilsm.db import lock_holder, lock_store, store_path
 from minilsm.errors import CorruptionError, LockError, NotFoundError, StoreIOError
 from minilsm.fs import DEFAULT_FS, FileSystem
 from minilsm.manifest import LOCK_NAME, MANIFEST_NAME, ManifestState, read_manifest, refuse_foreign_store
@@ -156,7 +156,9 @@ def closed_store(fs: FileSystem, path: str, doing: str) -> Iterator[list[str]]:
         if not any(map(is_table_or_log, names)):
             raise NotFoundError(f"no minilsm store at {path}")
     try:
-        lock = fs.lock(f"{path}/{LOCK_NAME}")
+        # As `DB` takes it: a store of this process dropped a moment ago, whose background thread still ends its
+        # job, or that a reference cycle holds, is waited for, not taken for one open (destroy right after del).
+        lock = lock_store(fs, path)
     except BlockingIOError as e:
         raise LockError(f"{path} is open {lock_holder(e)}; close it to {doing} it") from None
     except OSError as e:

@@ -97,11 +97,11 @@ SEEK_CHECK_INTERVAL: Final = 0.5
 no lock)."""
 FREEING_WAIT: Final = 0.1
 """Seconds that an open refused by a lock of this process, with no store of this process open on the path, asks
-again (`DB._lock`): a store being freed leaves the open stores as its weak references go, before its lock goes
+again (`lock_store`): a store being freed leaves the open stores as its weak references go, before its lock goes
 with its attributes, and its table files closing between the two let other threads run."""
 DROPPED_STORE_WAIT: Final = 60.0
 """Seconds at most that an open refused by a store of this process waits for that store's background job to
-end, in case the store was dropped without `close()` and only the job keeps it (`DB._lock`).  A job is one flush
+end, in case the store was dropped without `close()` and only the job keeps it (`lock_store`).  A job is one flush
 or one compaction (some megabytes); past this, the open is refused, as it would be by a store in use."""
 SEEK_PACE: Final = 3.0
 """After a seek compaction that took d seconds, the next may start only SEEK_PACE * d seconds later, so that work
@@ -145,6 +145,41 @@ def lock_holder(refused: BlockingIOError) -> str:
     if isinstance(refused, LockedInThisProcessError):
         return "in this process"
     return f"(its {LOCK_NAME} is held by another process)"
+
+
+def lock_store(fs: FileSystem, path: str) -> FileLock:
+    """Take the LOCK of the store at `path` (absolute, as `store_path` gives it) for `DB` or an offline tool, or
+    raise `BlockingIOError` as `FileSystem.lock` does (`lock_holder` says where the store is open).
+
+    Held by a store of this process whose background thread is running a job, it may be a store dropped
+    without `close()` that only the thread keeps open (`_background_loop`): wait for the job to end, then ask
+    again, as a plyvel reopen (or `destroy_db`) after a drop follows LevelDB's destructor, which waits for the
+    compaction under way.  A store still in use then refuses it, a job later.  Held with no store open there, it
+    may be a store being freed, which has left the open stores but not yet let go of its lock: ask again for
+    `FREEING_WAIT` seconds.  Before it refuses, it runs the cycle collector once: a dropped store that a reference
+    cycle holds (a background failure's traceback holds the store's frames) is garbage that only it frees.  O(1),
+    or O(stores open) and the job's time, and a collection when refused.
+    """
+    name = f"{path}/{LOCK_NAME}"
+    waited = collected = False
+    gone_at = 0.0
+    while True:
+        try:
+            return fs.lock(name)
+        except LockedInThisProcessError:
+            again = _wait_for_a_dropped_store(path, may_wait=not waited)
+            if again is None:
+                gone_at = gone_at or time.monotonic()
+                again = time.monotonic() - gone_at < FREEING_WAIT
+                if again:
+                    time.sleep(0.001)
+            else:
+                waited = waited or again
+            if not again and not collected:
+                collected = again = True
+                gc.collect()
+            if not again:
+                raise
 
 
 @dataclass(frozen=True)
@@ -417,42 +452,11 @@ class DB(_Writes, _Scans):
             self._work_due = self._has_background_work()
 
     def _lock(self) -> FileLock:
-        """Take the store's LOCK, or raise `LockError` saying where the store is open.
-
-        Held by a store of this process whose background thread is running a job, it may be a store dropped
-        without `close()` that only the thread keeps open (`_background_loop`): wait for the job to end, then ask
-        again, as a plyvel reopen after a drop follows LevelDB's destructor, which waits for the compaction under
-        way.  A store still in use then refuses it, a job later.  Held with no store open there, it may be a store
-        being freed, which has left the open stores but not yet let go of its lock: ask again for `FREEING_WAIT`
-        seconds.  Before it refuses, it runs the cycle collector once: a dropped store that a reference cycle
-        holds (a background failure's traceback holds the store's frames) is garbage that only it frees.  O(1), or
-        O(stores open) and the job's time, and a collection when refused.
-        """
-        name = f"{self.path}/{LOCK_NAME}"
-        waited = collected = False
-        gone_at = 0.0
-        while True:
-            try:
-                return self._fs.lock(name)
-            except BlockingIOError as e:
-                # Decided inside the handler: the exception kept in a local past it would hold this frame, and
-                # so the store, in a cycle that only the cycle collector frees, and a store dropped later would
-                # keep its lock till then.
-                if isinstance(e, LockedInThisProcessError):
-                    again = _wait_for_a_dropped_store(self.path, may_wait=not waited)
-                    if again is None:
-                        gone_at = gone_at or time.monotonic()
-                        again = time.monotonic() - gone_at < FREEING_WAIT
-                        if again:
-                            time.sleep(0.001)
-                    else:
-                        waited = waited or again
-                    if not again and not collected:
-                        collected = again = True
-                        gc.collect()
-                    if again:
-                        continue
-                raise LockError(f"{self.path} is already open {lock_holder(e)}") from None
+        """Take the store's LOCK (`lock_store`), or raise `LockError` saying where the store is open."""
+        try:
+            return lock_store(self._fs, self.path)
+        except BlockingIOError as e:
+            raise LockError(f"{self.path} is already open {lock_holder(e)}") from None
 
     def _store_exists(self) -> bool:
         """Whether the directory holds a store, refused as `create_if_missing`/`error_if_exists` say."""
@@ -1999,7 +2003,7 @@ def _background_loop(
                     finally:
                         # Let go between jobs too, not only while waiting: a store dropped during this job is freed
                         # here, and its lock with it, as LevelDB's destructor waits for the compaction under way
-                        # but not for those due after it (an open waiting for that lock: `DB._lock`).
+                        # but not for those due after it (an open or a tool waiting for that lock: `lock_store`).
                         del db
                         hold.let_go += 1
                         hold.held = False

@@ -437,6 +437,36 @@ def test_an_open_refused_by_a_store_its_background_thread_holds_waits_for_the_jo
         in_use[0].close()
 
 
+@pytest.mark.parametrize("tool", ["check", "repair", "destroy"])
+def test_an_offline_tool_refused_by_a_dropped_store_its_background_thread_holds_waits_for_the_job(
+    db_path: str, tool: str
+) -> None:
+    """Was: only `DB` waited for a store dropped without close() whose background thread still ran a job: the
+    plyvel idiom ``del db; destroy_db(path)`` (a test's teardown, say), or a check or repair right after the drop,
+    raised LockError "is open in this process; close it to destroy it", with no store left to close."""
+    db, fs = store_with_compaction_at_the_gate(db_path)
+    db.put(b"k", b"2")
+    store = weakref.ref(db)
+    del db
+    assert store() is not None, "the background thread holds the store for its job"
+    call = {"check": minilsm.check_store, "repair": minilsm.repair_store, "destroy": minilsm.destroy_store}[tool]
+    results: list[Any] = []
+    runner, outcome = in_thread(lambda: results.append(call(db_path)))
+    runner.join(0.5)
+    assert runner.is_alive(), f"the {tool} did not wait for the job: {outcome}"
+    with pytest.warns(ResourceWarning, match="unclosed"):
+        fs.gate.set()
+        runner.join(10)
+    assert not runner.is_alive(), f"the {tool} hangs"
+    assert outcome == [None] and store() is None, outcome
+    if tool == "destroy":
+        assert not os.path.exists(db_path)
+    else:
+        assert results[0].ok, results[0]
+        with minilsm.DB(db_path, **small_options()) as reopened:
+            assert reopened.get(b"k") == b"2"
+
+
 def test_an_open_that_lets_go_of_the_last_reference_to_a_dropped_store_while_looking_for_it_goes_on(
     db_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -320,7 +320,7 @@ class WriteBatch:
         the batch is spent or its store closed.  Amortized O(1), plus O(len(key) + len(value)) to copy a
         `bytearray` or `memoryview` to bytes; the store sees it at `write`."""
         if self._closed or (self._owner is not None and self._owner._closed):
-            raise self._closed_error()
+            raise self._refused()
         key = check_key(key)
         value = check_value(value)
         self._add(KIND_VALUE, key, value)
@@ -329,7 +329,7 @@ class WriteBatch:
         """Remove `key` (a no-op on the data if it is absent, but still an op with a sequence number).  As `put`:
         amortized O(1), plus O(len(key)) to copy a key that is not `bytes`."""
         if self._closed or (self._owner is not None and self._owner._closed):
-            raise self._closed_error()
+            raise self._refused()
         self._add(KIND_DELETE, check_key(key), b"")
 
     def _add(self, kind: int, key: bytes, value: bytes) -> None:
@@ -344,10 +344,11 @@ class WriteBatch:
 
         `source` is only read: it may be closed, and stays as it was.  A prefixed view's batch gives its ops
         as they are, whole keys, as plyvel's does.  All or none: ValueError, with this batch unchanged, if the
-        ops together would outgrow a log record.  O(len(source)).
+        ops together would outgrow a log record; `ClosedError`, as `put`'s, once this batch is spent or its store
+        closed.  O(len(source)).
         """
-        if self._closed:
-            raise self._closed_error()
+        if self._closed or (self._owner is not None and self._owner._closed):
+            raise self._refused()
         if not isinstance(source, WriteBatch):
             # plyvel's prefixed batches are WriteBatches, which any batch appends; here one wraps a WriteBatch.
             batch = getattr(source, "batch", None)
@@ -428,9 +429,13 @@ class WriteBatch:
             self._close()
 
     def _closed_error(self) -> ClosedError:
-        if not self._closed:  # open, but its store is closed: plyvel's batch refuses ops then too
-            return ClosedError("write batch of a closed store")
         return ClosedError(f"write batch {self._spent}")
+
+    def _refused(self) -> ClosedError:
+        """Why an op is refused: the batch is spent, or it is open but its store is closed (plyvel's batch refuses
+        ops then too).  Apart from `_closed_error`, which a write that lost the race to another thread's write of
+        the batch raises while the batch is still open: that batch was written, its store is not closed."""
+        return self._closed_error() if self._closed else ClosedError("write batch of a closed store")
 
     def __enter__(self) -> WriteBatch:
         if self._closed:

@@ -195,7 +195,7 @@ def test_closed_store_and_snapshot(db_path: str) -> None:
         lambda: db.compact_range(), lambda: db.write(minilsm.WriteBatch()),
         # A batch made before the close takes no more ops, as plyvel's (was: only its write raised).
         lambda: batch.put(b"more", b"x"), lambda: batch.delete(b"k"), lambda: prefixed.put(b"k", b"v"),
-        lambda: batch.write(),
+        lambda: batch.append(minilsm.WriteBatch()), lambda: batch.write(),
         lambda: snap.get(b"key001"), lambda: snap.iterator(), lambda: snap[b"key001"],
         lambda: db.__delitem__(b"absent"),  # was KeyError: the check read the memtables of the closed store
     ]  # fmt: skip
@@ -210,6 +210,19 @@ def test_closed_store_and_snapshot(db_path: str) -> None:
     snap.close()
     with minilsm.DB(db_path, **small_options()) as db:
         assert_intact(db)
+
+
+def test_a_write_that_loses_the_race_for_a_batch_says_it_was_written_not_that_the_store_is_closed(
+    db: minilsm.DB,
+) -> None:
+    """Was: the second of two threads writing one batch at once, refused while the first still wrote it (the
+    batch not yet closed), raised ClosedError "write batch of a closed store", of a store open and well."""
+    batch = db.write_batch()
+    batch.put(b"k", b"v")
+    next(batch._claims)  # another thread's write has claimed the batch and is writing it
+    with pytest.raises(minilsm.ClosedError, match=r"^write batch was already written$"):
+        batch.write()
+    assert not db.closed
 
 
 @pytest.mark.parametrize("bad", ["no", "false", 1, 0, 1.0, b""], ids=repr)

@@ -2349,8 +2349,9 @@ class DBIterator(Generic[_Item]):
         A step running in another thread at this moment cannot be stopped from here: that
         thread's loop runs on to its end, and the view is held until the iterator is dropped.
 
-        Cost: O(sources); if a flush or compaction has replaced the view's tables since, also a sweep for
-        the files no view holds any more (a directory listing, under the store's lock).
+        Cost: O(sources); if a flush or compaction has replaced the view's tables since and no other iterator
+        holds the view, also a sweep for the files no view holds any more (a directory listing, under the
+        store's lock).
         """
         if self._closed:
             return

@@ -227,7 +227,9 @@ class _PosixWritableFile:
         # found there is not followed, so that nothing outside the store is created or truncated through it.
         # O_NONBLOCK (no effect on a regular file's writes) makes a FIFO found there an error, not a wait for a
         # reader that never comes; `_check_regular` refuses it, and a device, at once.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC | os.O_NOFOLLOW)
+        # O_NOCTTY: a terminal found there must not become the process's controlling terminal before it is refused.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY
+        flags |= os.O_APPEND if append else os.O_TRUNC | os.O_NOFOLLOW
         self._fd = os.open(path, flags, 0o666)  # the mode open() uses; the umask applies
         try:
             _check_regular(self._fd, path)
@@ -322,7 +324,7 @@ def _open_regular(path: str) -> tuple[int, os.stat_result]:
     blocks on a FIFO until a writer comes: O_NONBLOCK (no effect on a regular file's reads) and
     the type check turn both into an error at once.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # O_NOCTTY: as `_PosixWritableFile`
     try:
         return fd, _check_regular(fd, path)
     except OSError:

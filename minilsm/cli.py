@@ -342,7 +342,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print the result as JSON")
-    common.add_argument(
+    # Only where keys or values go in or come out: accepted elsewhere, it would say it did something.
+    hexed = argparse.ArgumentParser(add_help=False)
+    hexed.add_argument(
         "--hex", action="store_true", help="keys and values are hex (a leading 0x allowed), on input and output"
     )
     bpk = argparse.ArgumentParser(add_help=False)
@@ -375,13 +377,19 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(
-        name: str, func: Callable[[argparse.Namespace], int], help: str, parents: Sequence[argparse.ArgumentParser] = ()
+        name: str,
+        func: Callable[[argparse.Namespace], int],
+        help: str,
+        parents: Sequence[argparse.ArgumentParser] = (),
+        keys: bool = True,
     ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help, parents=[common, *parents])
+        p = sub.add_parser(name, help=help, description=help, parents=[common, *([hexed] if keys else []), *parents])
         p.set_defaults(func=func)
         return p
 
-    p = command("demo", cmd_demo, "measure the data-block reads Bloom filters avoid, with and without filters")
+    p = command(
+        "demo", cmd_demo, "measure the data-block reads Bloom filters avoid, with and without filters", keys=False
+    )
     p.add_argument(
         "path",
         nargs="?",
@@ -447,7 +455,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--start", metavar="KEY", help="first key of the range")
     p.add_argument("--stop", metavar="KEY", help="last key of the range")
 
-    p = command("checkpoint", cmd_checkpoint, "copy the store into a new directory (its tables hard-linked)", [style])
+    p = command(
+        "checkpoint",
+        cmd_checkpoint,
+        "copy the store into a new directory (its tables hard-linked)",
+        [style],
+        keys=False,
+    )
     p.add_argument("path", metavar="PATH")
     p.add_argument("target", metavar="TARGET", help="the new directory (must not exist)")
 
@@ -463,7 +477,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("path", metavar="PATH")
 
-    p = command("check", cmd_check, "verify every checksum of every live file (exit status 1 on damage)")
+    p = command("check", cmd_check, "verify every checksum of every live file (exit status 1 on damage)", keys=False)
     p.add_argument("path", metavar="PATH")
 
     p = command(
@@ -471,6 +485,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd_repair,
         "rebuild a store that does not open from what can still be read (exit status 1 if damage was found)",
         [bpk, style],
+        keys=False,
     )
     p.add_argument("path", metavar="PATH")
     return parser

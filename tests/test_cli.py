@@ -360,6 +360,10 @@ def test_errors_are_one_line_with_an_exit_status(store: str, capsys: pytest.Capt
         args = [command, "", "k"] if command == "get" else [command, ""]
         assert run(capsys, *args) == (EXIT_ERROR, "", f"minilsm {command}: the store's path is empty; name a "
                                       "directory (os.curdir for the working directory)\n")  # fmt: skip
+    for command in ("demo", "check", "repair", "checkpoint"):  # no key goes in or comes out: --hex would say it did
+        with pytest.raises(SystemExit) as usage:
+            main([command, "--hex", store, *([store + "-copy"] if command == "checkpoint" else [])])
+        assert usage.value.code == EXIT_USAGE and "unrecognized arguments: --hex" in capsys.readouterr().err
     code, _, err = run(capsys, "get", store, "--hex", "zz")
     assert code == EXIT_USAGE and "not valid hex" in err
     code, _, err = run(capsys, "put", store, "k" * 70000, "v")

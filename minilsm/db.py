@@ -1206,7 +1206,8 @@ class DB(_Writes, _Scans):
             self._check_writable()
 
     def compact_range(self, start: BytesLike | None = None, stop: BytesLike | None = None) -> None:
-        """Compact the keys in [start, stop] (None: unbounded) down to the bottom level.
+        """Compact the keys in [start, stop] (None: unbounded) down to the bottom level (size-tiered: every run of
+        the store into one, whatever the range).
 
         Flushes the memtable first, so that afterwards the range is fully merged and
         holds no shadowed version or tombstone that no snapshot needs.  Each level is

@@ -413,7 +413,14 @@ class DB(_Writes, _Scans):
                 raise NotFoundError(f"{path} exists and is not a directory")
             if not self._store_exists():
                 # The lock file needs the directory, and the writes the store acknowledges need its name durable.
-                fs.makedirs_synced(path)
+                try:
+                    fs.makedirs_synced(path)
+                except NotADirectoryError:
+                    # No store can be made there, as on a file itself (above): said so, naming the file.
+                    above = os.path.dirname(path)
+                    while not fs.exists(above) and above != os.path.dirname(above):
+                        above = os.path.dirname(above)
+                    raise NotFoundError(f"{path}: no store can be made there, {above} is not a directory") from None
             self._file_lock = self._lock()
             try:
                 # Asked again under the lock: another process may have created the store meanwhile.

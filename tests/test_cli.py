@@ -314,6 +314,7 @@ def test_no_store_hints_only_what_is_true_of_the_path(tmp_path: Path, capsys: py
         (["get", str(a_file), "k"], "it is not a directory"),
         (["put", str(a_file), "k", "v"], "it is not a directory"),
         (["get", str(a_file / "s"), "k"], f"{a_file} is not a directory"),
+        (["put", str(a_file / "s"), "k", "v"], f"{a_file} is not a directory"),
         (["get", str(orphans), "k"], "it holds tables or logs but no MANIFEST: minilsm repair rebuilds one"),
         (["get", str(tmp_path / "new" / "s"), "k"], "put creates one"),
         (["get", str(tmp_path), "k"], "put creates one"),

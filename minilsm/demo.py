@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from minilsm.db import DB
 from minilsm.errors import ExistsError
+from minilsm.manifest import MANIFEST_NAME
 from minilsm.report import pct, size
 from minilsm.stats import DBStats
 
@@ -263,13 +264,17 @@ def run_demo(
     """Build both stores under `path` (a temporary directory, removed afterwards, when None) and measure.
 
     Under a given `path` the stores go to ``with-filters`` and ``without-filters``
-    and are kept; they must not exist yet (`ExistsError`, raised before anything is
-    loaded).  Raises `RuntimeError` if a read returns a wrong answer.  O(keys)
+    and are kept; they must not exist yet, nor may `path` itself be a store
+    (`ExistsError`, raised before anything is loaded).  Raises `RuntimeError` if a read returns a wrong answer.  O(keys)
     writes and 4 x `reads` reads.
     """
     if keys < 2 or reads < 1:
         raise ValueError("the demo needs at least 2 keys and 1 read")
     if path is not None:
+        if os.path.lexists(os.path.join(path, MANIFEST_NAME)) or os.path.lexists(os.path.join(path, "CURRENT")):
+            # Two stores built inside a store's directory would sit among its files, to be copied, checked and
+            # destroyed with it; a PATH that is a store was most likely meant for `minilsm tables` or `explain`.
+            raise ExistsError(f"{path} holds a store: the demo builds its two stores in a directory of their own")
         for name in _STORE_NAMES:
             if os.path.lexists(os.path.join(path, name)):
                 raise ExistsError(

@@ -89,6 +89,17 @@ def test_a_demo_path_in_use_is_refused_up_front_saying_what_to_do() -> None:
         assert not os.path.exists(os.path.join(d, "with-filters"))
 
 
+def test_a_demo_path_that_is_a_store_is_refused() -> None:
+    with fast_tmp_dir() as d:
+        with minilsm.DB(d) as db:
+            db.put(b"k", b"v")
+        with pytest.raises(minilsm.ExistsError, match="holds a store"):
+            run_demo(d, keys=50, reads=10)
+        assert sorted(n for n in os.listdir(d) if n.endswith("filters")) == []
+        with minilsm.DB(d) as db:
+            assert db.get(b"k") == b"v"
+
+
 def test_command_line_demo_json_and_progress() -> None:
     with fast_tmp_dir() as d:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))

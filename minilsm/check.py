@@ -38,7 +38,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
 from minilsm.version import Version
-from minilsm.wal import log_file_name, parse_log_file_name, read_log
+from minilsm.wal import log_file_name, parse_log_file_name, read_log_file
 from minilsm.worker import is_scratch_name
 
 
@@ -338,7 +338,7 @@ def _check_logs(fs: FileSystem, path: str, names: list[str], state: ManifestStat
             continue
         log_path = f"{path}/{name}"
         try:
-            result = read_log(fs.read_file(log_path), log_path, paranoid=True)
+            result = read_log_file(fs, log_path, paranoid=True)
             lost = chain.lost_before(result.records, log_path)
             chain.replay(result.records, result.dropped_bytes, log_path)
         except (CorruptionError, OSError) as e:

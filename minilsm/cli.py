@@ -295,10 +295,10 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     # Read as a file, without opening the store: an open would start a new manifest, without the edits.
     path = os.path.join(_store_path(args.path), MANIFEST_NAME)
     try:
-        data = DEFAULT_FS.read_file(path)
+        data, hole = DEFAULT_FS.read_file_and_hole(path)
     except (FileNotFoundError, NotADirectoryError):
         raise _no_store(args.path) from None  # as the commands that open the store say it
-    records, dropped = manifest_records(data, path)
+    records, dropped = manifest_records(data, path, hole)
     replay_manifest(records, path)  # damage is an error here, as at an open
     if args.json:
         _print_json({"records": records, "torn_bytes": dropped})

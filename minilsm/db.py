@@ -90,7 +90,7 @@ from minilsm.sstable.format import TEMP_SUFFIX, parse_table_file_name, table_fil
 from minilsm.sstable.reader import BlockCache, TableReader
 from minilsm.stats import DBStats, Stats, TableInfo
 from minilsm.version import Trace, Version
-from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log
+from minilsm.wal import LogWriter, log_file_name, parse_log_file_name, read_log_file
 
 SEEK_CHECK_INTERVAL: Final = 0.5
 """Seconds between the idle background thread's looks for a seek compaction (reads never wake it: they take
@@ -570,7 +570,7 @@ class DB(_Writes, _Scans):
         corruption: str | None = None
         for i, number in enumerate(logs):
             log_path = self._log_path(number)
-            result = read_log(fs.read_file(log_path), log_path, paranoid=self.options.paranoid_checks)
+            result = read_log_file(fs, log_path, paranoid=self.options.paranoid_checks)
             err = chain.lost_before(result.records, log_path)
             if err is not None:  # an older log lost its end, and this one's writes come after it
                 if self.options.paranoid_checks:

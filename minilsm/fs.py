@@ -102,10 +102,25 @@ class FileSystem:
         return _MappedFile(path, mapped, st.st_size)
 
     def read_file(self, path: str) -> bytes:
-        """The whole content of a small file (log, manifest, CURRENT)."""
+        """The whole content of a small file (log, manifest, CURRENT).  A file too large to hold in memory is
+        `OSError` ENOMEM naming `path`, not a bare `MemoryError`."""
         fd, _ = _open_regular(path)
         with open(fd, "rb") as f:
-            return f.read()
+            return _read_all(f, path, -1)
+
+    def read_file_and_hole(self, path: str) -> tuple[bytes, int]:
+        """The content of a log or manifest up to the hole that ends it, and that hole's length in bytes.
+
+        A hole reads as zero bytes that were never written (a file extended with ``truncate -s``, or past a crash's
+        last write): a log or manifest ending in one is read as `read_log` reads a zero tail, without reading the
+        zeros, so that a 50 GiB sparse log costs two ``lseek`` calls, not 50 GiB of memory.  The hole is 0 where
+        the file has none or the file system cannot say (no ``SEEK_HOLE``).  O(the file's data); ENOMEM as
+        `read_file`.  A file system that overrides `read_file` overrides this too (tests/faultfs.py does).
+        """
+        fd, st = _open_regular(path)
+        with open(fd, "rb") as f:
+            end = _data_end(fd, st.st_size)
+            return _read_all(f, path, end), st.st_size - end
 
     def rename(self, src: str, dst: str) -> None:
         """Atomically replace `dst` by `src` (POSIX rename).  Call `sync_dir` to make it durable."""
@@ -305,6 +320,38 @@ def _named(call: Callable[..., _R], path: str, *args: Any) -> _R:
     except OSError as e:
         _name_file(e, path)
         raise
+
+
+def _read_all(f: Any, path: str, size: int) -> bytes:
+    """``f.read(size)``, a `MemoryError` turned into `OSError` ENOMEM naming `path` (a file too large to hold)."""
+    try:
+        data: bytes = f.read(size)
+    except MemoryError:
+        raise OSError(errno.ENOMEM, "file too large to read into memory", path) from None
+    return data
+
+
+def _data_end(fd: int, size: int) -> int:
+    """Where the hole that ends the file `fd` (of `size` bytes) begins: `size` if it ends in data, or if the system
+    cannot tell (``SEEK_DATA``/``SEEK_HOLE`` unsupported).  One ``lseek`` pair per data extent; two for a file
+    without holes."""
+    end = pos = 0
+    try:
+        while True:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # no data at or after `pos`: the rest is a hole
+                    return end
+                raise
+            end = pos = os.lseek(fd, start, os.SEEK_HOLE)
+            if end >= size:
+                return size
+    except (OSError, AttributeError):  # EINVAL, EOPNOTSUPP: no hole reporting here; AttributeError: no SEEK_DATA
+        return size
+    finally:
+        with contextlib.suppress(OSError):
+            os.lseek(fd, 0, os.SEEK_SET)
 
 
 def _check_regular(fd: int, path: str) -> os.stat_result:

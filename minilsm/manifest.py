@@ -275,31 +275,35 @@ def _encode(obj: dict[str, Any]) -> bytes:
 
 def read_manifest(fs: FileSystem, dirname: str) -> ManifestRead:
     path = f"{dirname}/{MANIFEST_NAME}"
-    return decode_manifest(fs.read_file(path), path)
+    data, hole = fs.read_file_and_hole(path)  # a hole that ends it is not read (a sparse 50 GiB MANIFEST)
+    return decode_manifest(data, path, hole)
 
 
-def decode_manifest(data: bytes, path: str) -> ManifestRead:
+def decode_manifest(data: bytes, path: str, zeros_after: int = 0) -> ManifestRead:
     """Parse a whole manifest file; any damage but a torn last edit raises `CorruptionError` naming `path`.
 
+    `zeros_after`: a hole that ends the file after `data`, as `wal.read_log` takes it.
     O(len(data)): the snapshot, then each edit in turn.
     """
-    records, dropped = manifest_records(data, path)
+    records, dropped = manifest_records(data, path, zeros_after)
     return ManifestRead(replay_manifest(records, path), len(records) - 1, dropped)
 
 
-def manifest_records(data: bytes, path: str) -> tuple[list[Any], int]:
+def manifest_records(data: bytes, path: str, zeros_after: int = 0) -> tuple[list[Any], int]:
     """A manifest file's records as parsed JSON, and the bytes of a torn last record (not parsed).
 
     Checks the framing and the JSON, not what the records say (`replay_manifest` does).  A format-1
-    file's body comes back as one snapshot record.  O(len(data)).
+    file's body comes back as one snapshot record.  `zeros_after`: a hole that ends the file after `data`
+    (`FileSystem.read_file_and_hole`).  O(len(data)).
     """
     v1 = data.startswith(_V1_MAGIC)
     if v1:
-        payloads, dropped = [_v1_body(data, path)], 0
+        payloads, dropped = [_v1_body(data, path, zeros_after)], 0
     else:
-        result = read_log(data, path, paranoid=True, max_record_size=MAX_RECORD_SIZE)
+        result = read_log(data, path, paranoid=True, max_record_size=MAX_RECORD_SIZE, zeros_after=zeros_after)
         if not result.records:
-            raise CorruptionError(f"not a minilsm manifest: no intact first record in {len(data)} bytes", path)
+            size = len(data) + zeros_after
+            raise CorruptionError(f"not a minilsm manifest: no intact first record in {size} bytes", path)
         payloads, dropped = result.records, result.dropped_bytes
     try:
         records = [json.loads(payload) for payload in payloads]
@@ -353,16 +357,20 @@ def _apply_edit(obj: Any, state: ManifestState, tables: list[dict[int, TableMeta
         state.compact_pointers[_int(level)] = _key_from_json(pointer)
 
 
-def _v1_body(data: bytes, path: str) -> bytes:
-    """The body of a format-1 manifest: a 24-byte header (magic, version, length, xxh64), then one JSON object."""
+def _v1_body(data: bytes, path: str, zeros_after: int = 0) -> bytes:
+    """The body of a format-1 manifest: a 24-byte header (magic, version, length, xxh64), then one JSON object.
+
+    `zeros_after`: a hole that ends the file after `data`, part of the body as its length counts it."""
     if len(data) < _V1_HEADER.size:
         raise CorruptionError(f"manifest is {len(data)} bytes, shorter than its header", path)
     _, version, length, checksum = _V1_HEADER.unpack_from(data, 0)
     if version != 1:
         raise CorruptionError(f"unknown manifest format version {version}", path)
     body = data[_V1_HEADER.size :]
-    if length != len(body):
-        raise CorruptionError(f"manifest body is {len(body)} bytes, header says {length}", path)
+    if length != len(body) + zeros_after:
+        raise CorruptionError(f"manifest body is {len(body) + zeros_after} bytes, header says {length}", path)
+    if zeros_after:  # JSON ends in no zero byte: damage, whatever the checksum would say
+        raise CorruptionError(f"manifest body ends in {zeros_after} zero bytes never written (a hole)", path)
     if xxhash.xxh64_intdigest(body) != checksum:
         raise CorruptionError("manifest checksum mismatch", path)
     return body

@@ -71,7 +71,7 @@ from minilsm.sstable.builder import TableBuilder, TableMeta
 from minilsm.sstable.format import parse_table_file_name, table_file_name
 from minilsm.sstable.reader import TableReader
 from minilsm.stats import Stats
-from minilsm.wal import log_file_name, parse_log_file_name, read_log
+from minilsm.wal import log_file_name, parse_log_file_name, read_log_file
 
 LOST_DIR = "lost"
 """Where `repair_store` moves the files it could not read whole, inside the store's directory."""
@@ -281,7 +281,7 @@ def _log_versions(
     versions: list[Entry] = []
     newest = 0
     try:
-        result = read_log(fs.read_file(log_path), log_path, paranoid=False)
+        result = read_log_file(fs, log_path, paranoid=False)
     except OSError as e:
         report._damage(name, f"{_detail(e)}: none of its records could be read")
         _add(damaged, name)

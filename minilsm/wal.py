@@ -43,7 +43,7 @@ from typing import Final
 import xxhash
 
 from minilsm.errors import ClosedError, CorruptionError
-from minilsm.fs import WritableFile
+from minilsm.fs import FileSystem, WritableFile
 
 HEADER_SIZE: Final = 16
 """Bytes in front of every payload: length u32, header check u32, payload checksum u64."""
@@ -156,7 +156,9 @@ class LogReadResult:
     recovery stopped there and `records` is the prefix before it."""
 
 
-def read_log(data: bytes, path: str, paranoid: bool = True, max_record_size: int = MAX_RECORD_SIZE) -> LogReadResult:
+def read_log(
+    data: bytes, path: str, paranoid: bool = True, max_record_size: int = MAX_RECORD_SIZE, zeros_after: int = 0
+) -> LogReadResult:
     """Split the whole content of a log file into record payloads, checking every one.
 
     A torn tail (see the module docstring) is dropped and counted in
@@ -165,7 +167,22 @@ def read_log(data: bytes, path: str, paranoid: bool = True, max_record_size: int
     with the error in `corruption`.  A length over `max_record_size` (the
     writer's) is damage.  O(len(data)); never allocates beyond `data`'s size,
     whatever the lengths claim.
+
+    `zeros_after` is a hole that ends the file after `data` (`FileSystem.read_file_and_hole`), read as that many
+    zero bytes without making them: no record header of zeros passes its check, so they are a zero tail, unless
+    a record runs from `data` into them (`_run_into_hole`).  The answer is the one the whole file would give.
     """
+    if zeros_after:
+        result = read_log(data, path, paranoid, max_record_size)
+        into = _run_into_hole(data, len(data) - result.dropped_bytes, zeros_after, max_record_size)
+        if into == 0:
+            result.dropped_bytes += zeros_after
+            return result
+        # A record whose checksum passes with the hole's zeros as its last bytes (a file copied sparse): read again
+        # with them, as many as it covers (at most `max_record_size`, a record the file holds), the rest a tail.
+        result = read_log(data + bytes(into), path, paranoid, max_record_size)
+        result.dropped_bytes += zeros_after - into
+        return result
     n = len(data)
     records: list[bytes] = []
     append = records.append
@@ -197,6 +214,47 @@ def read_log(data: bytes, path: str, paranoid: bool = True, max_record_size: int
         raise err
     result.corruption = err
     return result
+
+
+def _run_into_hole(data: bytes, pos: int, zeros_after: int, max_record_size: int) -> int:
+    """How many of the `zeros_after` zero bytes after `data` an intact record needs: the record `read_log` stopped
+    at (`pos`), or one after it along the chain of trusted lengths, whose extent runs past `data` into them and whose
+    checksum passes with them.  0 if there is none: what `read_log` found in `data` alone stands, the zeros a tail.
+
+    Records of the chain that end inside `data` are not checked again: one that passed would have been read
+    (or have made what came before it damage) by `read_log` already.  The zeros are hashed a MiB at a time, never
+    made: O(the record's length) time, O(1) memory.
+    """
+    n = len(data)
+    while pos < n:
+        head = data[pos : pos + HEADER_SIZE]
+        if len(head) < HEADER_SIZE:
+            head += bytes(HEADER_SIZE - len(head))  # a header cut by the hole: its last bytes are zeros
+        length, hcheck, checksum = _HEADER.unpack(head)
+        if hcheck != _header_check(head[:4]) or length > max_record_size:
+            return 0
+        end = pos + HEADER_SIZE + length
+        if end <= n:
+            pos = end
+            continue
+        if end > n + zeros_after:
+            return 0
+        digest = xxhash.xxh3_64(data[pos + HEADER_SIZE :])
+        left = end - max(n, pos + HEADER_SIZE)
+        zeros = bytes(min(left, 1 << 20))
+        while left:
+            digest.update(zeros[: min(left, len(zeros))])
+            left -= min(left, len(zeros))
+        return end - n if digest.intdigest() == checksum else 0
+    return 0
+
+
+def read_log_file(fs: FileSystem, path: str, paranoid: bool = True) -> LogReadResult:
+    """`read_log` of the log file at `path`, a hole that ends it not read (`FileSystem.read_file_and_hole`).
+
+    `OSError` as `FileSystem.read_file_and_hole` raises it (ENOMEM for a file too large to hold)."""
+    data, hole = fs.read_file_and_hole(path)
+    return read_log(data, path, paranoid=paranoid, zeros_after=hole)
 
 
 def damaged_end(path: str, dropped_bytes: int) -> CorruptionError:

@@ -381,6 +381,11 @@ class FaultFS(FileSystem):
         self._call("read", path)
         return super().read_file(path)
 
+    def read_file_and_hole(self, path: str) -> tuple[bytes, int]:
+        path = self._track(path)
+        self._call("read", path)
+        return super().read_file_and_hole(path)
+
     def rename(self, src: str, dst: str) -> None:
         with self._lock:
             src, dst = self._track(src), self._track(dst)

@@ -50,6 +50,15 @@ BLOCK_TRAILER: Final = struct.Struct("<BQ")
 """Block type, then xxh3_64 of the block contents seeded with the type."""
 BLOCK_TRAILER_SIZE: Final = BLOCK_TRAILER.size
 
+MAX_BLOCK_READ: Final = 0x7FFFF000
+"""Largest block `read_block` reads: Linux cuts one ``pread`` at 2 GiB - 4 KiB, so a longer block always reads short.
+A block claiming more is damage, said before the read allocates its size (a forged footer's 50 GiB index)."""
+LARGE_BLOCK: Final = 16 << 20
+"""Blocks longer than this have their trailer's type byte checked before they are read: one 9-byte read, so that
+an extent running into what was never written (a table extended by ``truncate -s``, whose footer was forged or
+misplaced) is refused without reading gigabytes of zeros.  Data blocks are 4 KiB by default (`Options.block_size`
+at most 1 GiB); a table's index and filter are a few MiB even for a flush of a 64 MiB memtable."""
+
 FOOTER: Final = struct.Struct("<QQQQQQIQQ")
 """index, filter, properties handles (offset u64, size u64 each) | version u32 | checksum u64 | magic u64."""
 FOOTER_SIZE: Final = FOOTER.size
@@ -160,6 +169,29 @@ class Readahead:
         return buf[:size]
 
 
+def _check_large_block(file: RandomAccessFile, offset: int, size: int, stats: Stats, path: str, kind: int) -> None:
+    """Before a block of more than `LARGE_BLOCK` bytes is read: refuse one longer than `MAX_BLOCK_READ`, and one whose
+    trailer (read alone, 9 bytes, counted as `read_file_bytes` counts) is not of `kind`, with the errors
+    `read_block` would raise after reading it whole."""
+    name = BLOCK_NAMES.get(kind, "?")
+    if size > MAX_BLOCK_READ:
+        raise CorruptionError(
+            f"{name} block at offset {offset}: extent of {size} bytes is longer than any block can be "
+            f"(one read takes at most {MAX_BLOCK_READ})",
+            path,
+        )
+    raw = read_file_bytes(file, offset + size - BLOCK_TRAILER_SIZE, BLOCK_TRAILER_SIZE, stats)
+    if len(raw) != BLOCK_TRAILER_SIZE:
+        raise CorruptionError(f"{name} block at offset {offset}: its trailer read {len(raw)} of 9 bytes", path)
+    stored_kind = raw[0]
+    if stored_kind != kind:
+        raise CorruptionError(
+            f"{name} block at offset {offset}: its trailer's type byte is {stored_kind} "
+            f"({BLOCK_NAMES.get(stored_kind, 'no known kind')}), not {kind}",
+            path,
+        )
+
+
 class CountsBlockReads(Protocol):
     """A table's own count of its data blocks read (a `TableReader`'s), kept beside the store's `Stats`."""
 
@@ -196,6 +228,8 @@ def read_block(
             f"does not fit a {file.size()}-byte file",
             path,
         )
+    if size > LARGE_BLOCK:  # one comparison on every read; only such blocks pay more
+        _check_large_block(file, offset, size, stats, path, kind)
     raw = read_file_bytes(file, offset, size, stats) if ahead is None else ahead.read(offset, size)
     if kind == BLOCK_DATA:
         stats.block_reads += 1

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gc
 import logging
 import os
@@ -115,6 +116,12 @@ FLUSH_CHECK_ENTRIES: Final = 4096
 12 ms of merging (3.0 us a version: a `compact_range` of 400,000 versions in the thread), against the 0.2 s or
 more that writers take to fill a 4 MiB memtable."""
 _log = logging.getLogger("minilsm")
+
+_NO_WRITE_HINT: Final = (
+    " (an open reads every file of the store and writes its LOCK, a new log and manifest: it needs read and write"
+    " access to the directory and its files, as LevelDB's does; `minilsm check` and `minilsm manifest` read a store"
+    " they cannot write)"
+)
 
 _MISSING: Any = object()
 
@@ -438,7 +445,8 @@ class DB(_Writes, _Scans):
                 raise
         except OSError as e:
             # Every file operation of an open (and of the recovery it runs) reports as a minilsm error.
-            raise StoreIOError(f"{path}: opening the store failed: {e}") from e
+            hint = _NO_WRITE_HINT if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+            raise StoreIOError(f"{path}: opening the store failed: {e}{hint}") from e
         self._closed = False
         _open_stores.add(self)
         if self.options.background:

@@ -491,7 +491,18 @@ class _PosixFileLock:
     def _take(self, path: str) -> bool:
         """Lock the file at `path`; False if, once locked, it was no longer the file there (removed or replaced
         between the open and the flock: a lock on it would guard nothing that another open can see)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            # A LOCK this user may only read (another user's store, a read-only mount): flock needs no write
+            # access, so an offline tool that only reads (`minilsm check`) may still hold it; an open of the store
+            # then fails at its first write, naming that file.  Found by the permissions audit.
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                raise e from None
         try:
             st = os.fstat(fd)
             file = (st.st_dev, st.st_ino)

@@ -336,7 +336,10 @@ class Worker:
             # A file operation failed in the worker's process, whose own limits (open files, file size) the
             # store's process need not share: the store runs the job itself, which either succeeds or fails
             # with the store's own report (a full disk fails there too).  Not the worker's failure: it serves on.
-            raise WorkerUnavailableError(f"a job failed in the compaction worker's process: {payload!r}") from payload
+            # Its text, not its repr: an OSError's repr leaves out the file it names (a table made unreadable).
+            raise WorkerUnavailableError(
+                f"a job failed in the compaction worker's process: {type(payload).__name__}: {payload}"
+            ) from payload
         raise payload
 
     def _send(self, stdin: IO[bytes], job: CompactionJob | FlushJob, meanwhile: Callable[[], None] | None) -> None:

@@ -661,7 +661,7 @@ def test_a_job_whose_file_operation_fails_in_the_worker_is_done_again_by_the_thr
     boot = worker._BOOT.replace(
         "from minilsm.worker import main; main()",
         "import minilsm.worker as w\n"
-        "def refuse(job, fs, stats): raise OSError(24, 'forged: too many open files')\n"
+        "def refuse(job, fs, stats): raise OSError(24, 'forged: too many open files', '/forged/000042.sst')\n"
         f"{_REFUSE[doing]}\n"
         "w.main()",
     )
@@ -682,6 +682,9 @@ def test_a_job_whose_file_operation_fails_in_the_worker_is_done_again_by_the_thr
                 assert dict(db.iterator()) == model
         assert "forged: too many open files" in caplog.text and f"{doing} in-process instead" in caplog.text
         assert "a job failed in the compaction worker's process" in caplog.text
+        # The file it names, as the same failure in the thread says it (found by the permissions audit: a table
+        # the worker could not open was logged as "PermissionError(13, 'Permission denied')", no file named).
+        assert "/forged/000042.sst" in caplog.text
         assert refusing.pid is not None  # a job that failed is not the worker's failure: it serves on
         assert "not tried again" not in caplog.text
     finally:

@@ -25,15 +25,35 @@ NOBODY = 65534
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(minilsm.__file__)))
 
 
-def _as_nobody(code: str) -> subprocess.CompletedProcess[str]:
+def _interpreters() -> list[str]:
+    """This Python, then the system's of the same version: a virtual environment's interpreter may lie under a
+    directory the unprivileged user cannot enter (/root, as in CI), and its packages are found by path anyway."""
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    return [sys.executable] + ([system] if os.path.exists(system) else [])
+
+
+def _search_path() -> str:
+    """This package's root and the directories that hold its dependencies, for an interpreter outside the venv."""
+    import sortedcontainers
+    import xxhash
+
+    deps = {os.path.dirname(os.path.dirname(os.path.abspath(m.__file__ or ""))) for m in (sortedcontainers, xxhash)}
+    return os.pathsep.join([ROOT, *sorted(deps)])
+
+
+_python: list[str] = []
+"""The interpreter the unprivileged user can run, once the `nobody` fixture has found it."""
+
+
+def _as_nobody(code: str, python: str | None = None) -> subprocess.CompletedProcess[str]:
     setpriv = shutil.which("setpriv")
     assert setpriv is not None
     return subprocess.run(
-        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c", code],
+        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python or _python[0], "-c", code],
         capture_output=True,
         text=True,
         timeout=60,
-        env=dict(os.environ, PYTHONPATH=ROOT),
+        env=dict(os.environ, PYTHONPATH=_search_path()),
         cwd="/",
     )
 
@@ -42,9 +62,14 @@ def _as_nobody(code: str) -> subprocess.CompletedProcess[str]:
 def nobody() -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv, to run a store as an unprivileged user")
-    probe = _as_nobody("import minilsm; print(minilsm.__file__)")
-    if probe.returncode != 0 or not probe.stdout.startswith(ROOT):
-        pytest.skip(f"the unprivileged user cannot run this Python with this package: {probe.stderr[-300:]}")
+    errors = []
+    for python in _interpreters():
+        probe = _as_nobody("import minilsm, sortedcontainers, xxhash; print(minilsm.__file__)", python)
+        if probe.returncode == 0 and probe.stdout.startswith(ROOT):
+            _python[:] = [python]
+            return
+        errors.append(f"{python}: {probe.stderr[-200:]}")
+    pytest.skip(f"the unprivileged user cannot run a Python with this package: {errors}")
 
 
 @pytest.fixture

@@ -111,15 +111,18 @@ class FileSystem:
     def read_file_and_hole(self, path: str) -> tuple[bytes, int]:
         """The content of a log or manifest up to the hole that ends it, and that hole's length in bytes.
 
-        A hole reads as zero bytes that were never written (a file extended with ``truncate -s``, or past a crash's
-        last write): a log or manifest ending in one is read as `read_log` reads a zero tail, without reading the
-        zeros, so that a 50 GiB sparse log costs two ``lseek`` calls, not 50 GiB of memory.  The hole is 0 where
-        the file has none or the file system cannot say (no ``SEEK_HOLE``).  O(the file's data); ENOMEM as
-        `read_file`.  A file system that overrides `read_file` overrides this too (tests/faultfs.py does).
+        A hole reads as zero bytes that were never written (a file extended with ``truncate -s``): a log or
+        manifest of more than `HOLE_CHECK_SIZE` bytes that ends in one is read as `read_log` reads a zero tail,
+        without reading the zeros, so that a 50 GiB sparse log costs two ``lseek`` calls, not 50 GiB of memory.
+        A smaller file, which every log and manifest the store writes is unless its memtable is that large, is
+        read whole and its hole is 0: recovery never rests on ``SEEK_HOLE`` for the writes it must not lose (see
+        `HOLE_CHECK_SIZE`).  The hole is 0 too where the file has none or the file system cannot say.  O(the file's
+        data); ENOMEM as `read_file`.  A file system that overrides `read_file` overrides this too
+        (tests/faultfs.py does).
         """
         fd, st = _open_regular(path)
         with open(fd, "rb") as f:
-            end = _data_end(fd, st.st_size)
+            end = _data_end(fd, st.st_size) if st.st_size > HOLE_CHECK_SIZE else st.st_size
             return _read_all(f, path, end), st.st_size - end
 
     def rename(self, src: str, dst: str) -> None:
@@ -320,6 +323,15 @@ def _named(call: Callable[..., _R], path: str, *args: Any) -> _R:
     except OSError as e:
         _name_file(e, path)
         raise
+
+
+HOLE_CHECK_SIZE: Final = 256 << 20
+"""Logs and manifests larger than this are read up to the hole that ends them (`FileSystem.read_file_and_hole`).
+Smaller ones are read whole, holes and all, because a file system may report a hole where written data lies
+that it has not yet put on disk (OpenZFS issue 15526, which corrupted copies made by ``cp``): a log's last writes,
+unsynced when the process died, would read as a zero tail, acknowledged writes lost.  A log holds one memtable
+(4 MiB by default), so only a forged or damaged file, or a store with a memtable near this size, is ever that
+large; reading 256 MiB costs a fraction of a second."""
 
 
 def _read_all(f: Any, path: str, size: int) -> bytes:

@@ -9,6 +9,7 @@ memory), and so did a table whose footer's properties block ran to the end of a 
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from storeutil import fast_tmp_dir
 import minilsm
 from minilsm.check import check_store
 from minilsm.errors import CorruptionError
-from minilsm.fs import DEFAULT_FS
+from minilsm.fs import DEFAULT_FS, HOLE_CHECK_SIZE
 from minilsm.repair import repair_store
 from minilsm.sstable import TableReader
 from minilsm.sstable.format import FOOTER, FOOTER_SIZE, BlockHandle, encode_footer
@@ -205,3 +206,21 @@ def test_a_log_too_large_to_hold_is_a_store_error_naming_it(store: str, monkeypa
 
 def fd_is(fd: object, path: str) -> bool:
     return isinstance(fd, int) and os.path.samestat(os.fstat(fd), os.stat(path))
+
+
+def test_a_log_of_usual_size_is_read_whole_whatever_seek_hole_says(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system may report a hole where data lies that it has not yet written out (OpenZFS issue 15526): a
+    log's last writes, unsynced when the process died, would then read as a zero tail and be lost.  Logs and
+    manifests under `HOLE_CHECK_SIZE` never ask; here every ``SEEK_DATA`` says the file is all hole."""
+    real_lseek = os.lseek
+
+    def lying_lseek(fd: int, pos: int, how: int) -> int:
+        if how == os.SEEK_DATA:
+            raise OSError(errno.ENXIO, "no data (a lie)")
+        return real_lseek(fd, pos, how)
+
+    monkeypatch.setattr("minilsm.fs.os.lseek", lying_lseek)
+    assert os.path.getsize(_log(store)) <= HOLE_CHECK_SIZE
+    with minilsm.DB(store) as db:
+        assert dict(db.iterator()) == KEYS
+        assert db.recovery.dropped_bytes == 0

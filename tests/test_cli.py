@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -608,6 +609,52 @@ def test_an_error_of_a_call_on_an_open_file_names_the_file(tmp_path: Path) -> No
         readable.pread(0, 1)
     assert e.value.errno == errno.EBADF and e.value.filename == path
     writable._fd = readable._fd = -1  # type: ignore[attr-defined]  # closed already: their finalizers skip it
+
+
+def test_a_sync_with_nothing_to_write_names_the_file_its_fsync_failed_on(tmp_path: Path) -> None:
+    """The fsync of a log or table whose appends were all written out already (a flush before the sync): its
+    error, too, names the file (the test above fails in the write that precedes it)."""
+    from minilsm.fs import DEFAULT_FS
+
+    path = str(tmp_path / "f")
+    writable = DEFAULT_FS.open_writable(path)
+    writable.append(b"x")
+    writable.flush()
+    os.close(writable._fd)  # type: ignore[attr-defined]  # the fsync now fails, EBADF
+    with pytest.raises(OSError) as e:
+        writable.sync()
+    assert e.value.errno == errno.EBADF and e.value.filename == path
+    writable._fd = -1  # type: ignore[attr-defined]  # closed already: its finalizer skips it
+
+
+def _open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_file_the_store_appends_to_or_writes_anew_that_is_a_device_is_refused_naming_it(tmp_path: Path) -> None:
+    """The store appends to its MANIFEST by its name, following a symlink there (a store may keep it elsewhere),
+    and must never append its edits to /dev/null through one; a device found by the name of a file written anew
+    (not a link: O_NOFOLLOW refuses those) is refused too.  Each error names the file, and no descriptor stays
+    open while the caller holds the error."""
+    from minilsm.fs import DEFAULT_FS
+
+    link = str(tmp_path / "MANIFEST")
+    os.symlink(os.devnull, link)
+    before = _open_descriptors()
+    with pytest.raises(OSError) as e:
+        DEFAULT_FS.open_appendable(link)
+    assert e.value.filename == link and "not a regular file" in str(e.value)
+    assert _open_descriptors() == before, "the refused file's descriptor is still open"
+    device = str(tmp_path / "MANIFEST.tmp")
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.stat(os.devnull).st_rdev)
+    except OSError:
+        return  # no right to make a device here (CAP_MKNOD): the link above is the case left to test
+    with pytest.raises(OSError) as e:
+        DEFAULT_FS.open_writable(device)
+    assert e.value.filename == device and "not a regular file" in str(e.value)
+    assert _open_descriptors() == before, "the refused file's descriptor is still open"
 
 
 def test_tables_and_dump_clip_keys_at_the_size_limit(capsys: pytest.CaptureFixture[str]) -> None:

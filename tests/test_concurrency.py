@@ -552,6 +552,70 @@ def test_an_open_refused_by_a_store_in_use_that_its_thread_does_not_hold_does_no
         assert time.monotonic() - started < minilsm.db.DROPPED_STORE_WAIT / 2
 
 
+def test_an_open_refused_by_a_store_in_use_waits_for_its_job_in_hand_and_no_more(db_path: str) -> None:
+    """An open refused by a store of this process whose thread runs a job waits for that job (the store may have
+    been dropped, and go with it), then asks once more: a store still in use, whose thread goes on to its next
+    job, refuses it then.  Waiting again for each later job would hold the open for as long as the store is busy."""
+
+    class TwoGates(minilsm.fs.FileSystem):
+        """Holds the third and the fourth creation of a table file, each at a gate of its own."""
+
+        def __init__(self) -> None:
+            self.tables = 0
+            self.reached = [threading.Event(), threading.Event()]
+            self.gates = [threading.Event(), threading.Event()]
+
+        def open_writable(self, path: str) -> minilsm.fs.WritableFile:
+            if ".sst" in path:
+                self.tables += 1
+                if 0 <= self.tables - 3 < 2:
+                    self.reached[self.tables - 3].set()
+                    self.gates[self.tables - 3].wait(30)
+            return super().open_writable(path)
+
+    fs = TwoGates()
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    try:
+        for n in range(2):
+            db.put(b"k", b"%d" % n)
+            db.flush()
+        assert fs.reached[0].wait(10), "the background compaction never started"  # the job in hand
+        db.put(b"big", b"x" * 4096)
+        db.put(b"k", b"2")  # freezes the full memtable: the thread's next job, a flush
+        opener, outcome = in_thread(lambda: minilsm.DB(db_path, **small_options()))
+        opener.join(0.3)
+        assert opener.is_alive(), f"the open did not wait for the job in hand: {outcome}"
+        fs.gates[0].set()
+        assert fs.reached[1].wait(10), "the flush never started"
+        opener.join(5)
+        assert not opener.is_alive(), "the open waits for the store's next job too"
+        assert len(outcome) == 1 and isinstance(outcome[0], minilsm.LockError), outcome
+        assert "already open in this process" in str(outcome[0])
+    finally:
+        for gate in fs.gates:
+            gate.set()
+        db.close()
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert db.get(b"k") == b"2" and db.get(b"big") == b"x" * 4096
+
+
+def test_an_open_refused_by_a_lock_of_this_process_that_no_store_holds_ends(db_path: str) -> None:
+    """A LOCK this process holds with no store open on it (an offline tool's, or here the file system's lock
+    itself) is asked again only for FREEING_WAIT, in case a store being freed holds it: then the open is refused,
+    it does not ask for ever."""
+    minilsm.DB(db_path).close()
+    lock = minilsm.fs.DEFAULT_FS.lock(os.path.join(db_path, "LOCK"))
+    try:
+        opener, outcome = in_thread(lambda: minilsm.DB(db_path))
+        opener.join(10)
+        assert not opener.is_alive(), "the open asks for the lock for ever"
+        assert len(outcome) == 1 and isinstance(outcome[0], minilsm.LockError), outcome
+        assert "already open in this process" in str(outcome[0])
+    finally:
+        lock.release()
+    minilsm.DB(db_path).close()
+
+
 def test_a_store_opened_written_and_dropped_in_a_loop_opens_every_time(db_path: str) -> None:
     """As plyvel code often runs: a function opens the store, writes and returns without close().  Was: the
     next call's open was refused ("already open in this process") 187 times in 200 on a disk, whenever the

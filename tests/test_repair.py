@@ -569,6 +569,33 @@ def test_check_finds_levels_a_whole_manifest_puts_out_of_order_and_repair_mends_
         assert {k: db.get(k) for k in truth} == truth == dict(db.iterator())
 
 
+def test_check_compares_a_version_with_the_oldest_a_read_meets_before_it_not_the_newest(path: str) -> None:
+    """Three tables of one key, placed newest (level 0), oldest (level 1), middle (level 2): the level-2 version is
+    older than the level-0 one but newer than the level-1 one a read meets before it: the order check_store
+    verifies (each key's versions older in each table a read probes later) is broken, though level 0's version
+    hides it from reads today.  The check must compare with the oldest version met above, not the newest, and
+    name the two tables out of order."""
+    from minilsm.fs import DEFAULT_FS
+    from minilsm.manifest import read_manifest, write_manifest
+
+    opts = small_options(level0_compaction_trigger=10, level0_stop_writes_trigger=20)
+    with minilsm.DB(path, **opts) as db:
+        for n in range(3):
+            db.put(b"k", b"%d" % n)
+            db.flush()
+    state = read_manifest(DEFAULT_FS, path).state
+    oldest, middle, newest = sorted(state.levels[0], key=lambda m: m.max_seq)
+    state.levels[0], state.levels[1], state.levels[2] = [newest], [oldest], [middle]
+    write_manifest(DEFAULT_FS, path, state)
+    damage = [str(f) for f in check_store(path).findings if f.damage]
+    assert len(damage) == 1 and re.fullmatch(
+        rf"DAMAGE: MANIFEST: levels out of order: b'k' has a newer version \(sequence {middle.max_seq}\) in "
+        rf"{middle.number:06d}\.sst at level 2 than in {oldest.number:06d}\.sst at level 1 \(sequence "
+        rf"{oldest.max_seq}\), which a read meets first",
+        damage[0],
+    ), damage
+
+
 def test_destroy_leaves_a_foreign_directory_named_like_a_table_and_removes_the_rest(path: str) -> None:
     """The store opens with a directory named like a table (it is no table of its manifest), so destroy must
     remove the store around it: removing it raised IsADirectoryError after the tables that sort before it were

@@ -506,15 +506,20 @@ def test_an_open_that_lets_go_of_the_last_reference_to_a_dropped_store_while_loo
     assert collections == [], "the open was refused and only asked again after a collection"
 
 
+@pytest.mark.parametrize("closed_one_kept", [False, True], ids=["alone", "beside-a-closed-store-object"])
 def test_an_open_refused_while_a_dropped_store_is_being_freed_goes_on(
-    db_path: str, monkeypatch: pytest.MonkeyPatch
+    db_path: str, monkeypatch: pytest.MonkeyPatch, closed_one_kept: bool
 ) -> None:
     """Was (found by the drop/reopen audit): a dropped store leaves the process's open stores as it is freed, as
     its weak references go, before its lock goes with its attributes (its table files close in between, and other
     threads run), so an open refused in that moment found no store to wait for, asked again at once, and was
     refused again: LockError, "already open in this process", with no store left (2 loops in 1,500 with thread
     switches every 10 us).  Now an open refused with no store open there asks again for FREEING_WAIT.  Here the
-    moment lasts 20 ms: a callback of the store's weak reference sleeps, in the thread that frees it."""
+    moment lasts 20 ms: a callback of the store's weak reference sleeps, in the thread that frees it.  A store of
+    that path closed before, whose object the program still holds, is no store open there: it holds no lock."""
+    earlier = minilsm.DB(db_path) if closed_one_kept else None
+    if earlier is not None:
+        earlier.close()
     db, fs = store_with_compaction_at_the_gate(db_path)
     db.put(b"k", b"2")
     freeing = threading.Event()
@@ -538,14 +543,21 @@ def test_an_open_refused_while_a_dropped_store_is_being_freed_goes_on(
     assert store() is None
 
 
-def test_an_open_refused_by_a_store_in_use_that_its_thread_does_not_hold_does_not_wait(db_path: str) -> None:
-    """The wait is for a store only its background thread may keep: one idle, held by its user, refuses at once."""
+def test_an_open_refused_by_a_store_in_use_that_its_thread_does_not_hold_does_not_wait(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait is for a store only its background thread may keep: one idle, held by its user, refuses at once,
+    not when its idle thread next looks for work (here not before the wait's limit, shortened to 5 s)."""
+    monkeypatch.setattr(minilsm.db, "SEEK_CHECK_INTERVAL", 60.0)
+    monkeypatch.setattr(minilsm.db, "DROPPED_STORE_WAIT", 5.0)
     with minilsm.DB(db_path, **small_options(background=True)) as db:
         db.put(b"k", b"v")
         assert db._bg_hold is not None
         deadline = time.monotonic() + 10
         while db._bg_hold.held and time.monotonic() < deadline:  # the thread's look for work after the open
             time.sleep(0.001)
+        time.sleep(0.2)  # and the one the open's notify may start after it: then the thread waits its 60 s
+        assert not db._bg_hold.held
         started = time.monotonic()
         with pytest.raises(minilsm.LockError, match="already open in this process"):
             minilsm.DB(db_path, **small_options())

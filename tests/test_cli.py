@@ -632,6 +632,26 @@ def _open_descriptors() -> set[str]:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_file_the_store_reads_that_is_no_regular_file_is_refused_with_its_descriptor_closed(tmp_path: Path) -> None:
+    """A directory or a FIFO where the store reads a file opens (O_NONBLOCK) before its type is seen: the refusal
+    closes that descriptor at once, not when the error that holds the frame is dropped (a store that reports
+    many such files, or a caller that keeps the error, must not run out of descriptors)."""
+    from minilsm.fs import DEFAULT_FS
+
+    fifo = str(tmp_path / "000007.sst")
+    os.mkfifo(fifo)
+    before = _open_descriptors()
+    for path, read in ((str(tmp_path), DEFAULT_FS.open_random), (fifo, DEFAULT_FS.open_mapped)):
+        with pytest.raises(OSError) as e:
+            read(path)
+        assert e.value.filename == path
+        assert _open_descriptors() == before, f"the refused {path}'s descriptor is still open"
+    with pytest.raises(OSError) as e:
+        DEFAULT_FS.read_file(fifo)
+    assert _open_descriptors() == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 def test_a_file_the_store_appends_to_or_writes_anew_that_is_a_device_is_refused_naming_it(tmp_path: Path) -> None:
     """The store appends to its MANIFEST by its name, following a symlink there (a store may keep it elsewhere),
     and must never append its edits to /dev/null through one; a device found by the name of a file written anew

@@ -550,7 +550,7 @@ def test_check_reports_an_unreadable_manifest_as_damage(
     assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST: cannot be read" in out
 
 
-@pytest.mark.parametrize("kind", ["fifo", "link to /dev/null", "dangling link", "directory"])
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/null", "dangling link", "link to a file", "directory"])
 def test_a_temporary_name_that_is_no_file_of_the_stores_is_damage_and_never_written_through(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
@@ -563,6 +563,8 @@ def test_a_temporary_name_that_is_no_file_of_the_stores_is_damage_and_never_writ
     build(store, 50)
     scanned = run(capsys, "scan", store)
     leftover, elsewhere = os.path.join(store, "MANIFEST.tmp"), str(tmp_path / "elsewhere")
+    if kind == "link to a file":
+        Path(elsewhere).write_bytes(b"another program's file")
     if kind == "fifo":
         os.mkfifo(leftover)
     elif kind == "directory":
@@ -583,7 +585,10 @@ def test_a_temporary_name_that_is_no_file_of_the_stores_is_damage_and_never_writ
     opener.join(20)
     assert outcome, "the open hung"
     assert isinstance(outcome[0], minilsm.StoreIOError) and repr(leftover) in str(outcome[0]), outcome
-    assert not os.path.exists(elsewhere)
+    if kind == "link to a file":
+        assert Path(elsewhere).read_bytes() == b"another program's file"  # not truncated through the link
+    else:
+        assert not os.path.exists(elsewhere)
     code, out, _ = run(capsys, "check", store)
     assert code == EXIT_NEGATIVE and "DAMAGE: MANIFEST.tmp: not a regular file" in out, out
     (os.rmdir if kind == "directory" else os.remove)(leftover)

@@ -628,6 +628,41 @@ def test_an_open_refused_by_a_lock_of_this_process_that_no_store_holds_ends(db_p
     minilsm.DB(db_path).close()
 
 
+def test_a_writer_waiting_for_the_background_thread_learns_of_its_failure_outside_a_job(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer stalled on a memtable not yet flushed waits for the background thread with no timeout: if the
+    thread ends on a failure of its own outside a job (a bug in choosing the next one), it must wake the writer,
+    which then raises, rather than wait for ever."""
+    failing = threading.Event()
+
+    def choose(db: minilsm.DB) -> bool:
+        if failing.is_set():
+            raise RuntimeError("a bug in choosing the next job")
+        return False  # nothing due: the frozen memtable stays unflushed, and the writer stalls on it
+
+    monkeypatch.setattr(minilsm.DB, "_has_background_work", choose)
+    monkeypatch.setattr(minilsm.db, "SEEK_CHECK_INTERVAL", 0.05)
+    db = minilsm.DB(db_path, **small_options(background=True))
+    try:
+
+        def write() -> None:
+            for n in range(3):  # the second freezes the full memtable, the third finds both full and waits
+                db.put(b"k%d" % n, b"x" * 3000)
+
+        writer, outcome = in_thread(write)
+        writer.join(0.3)
+        assert writer.is_alive(), f"the writer did not stall: {outcome}"
+        failing.set()
+        writer.join(10)
+        assert not writer.is_alive(), "the writer waits for ever for a thread that has ended"
+        assert len(outcome) == 1 and isinstance(outcome[0], minilsm.ReadOnlyError), outcome
+        assert "a bug in choosing the next job" in str(outcome[0])
+    finally:
+        failing.set()
+        db.close()
+
+
 def test_a_store_opened_written_and_dropped_in_a_loop_opens_every_time(db_path: str) -> None:
     """As plyvel code often runs: a function opens the store, writes and returns without close().  Was: the
     next call's open was refused ("already open in this process") 187 times in 200 on a disk, whenever the

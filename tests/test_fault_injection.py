@@ -484,6 +484,23 @@ def test_regression_a_new_store_s_directory_survives_a_power_cut(tmp_path: objec
         assert db.get(b"k") == b"v"
 
 
+def test_regression_a_store_s_directory_an_earlier_open_made_and_never_synced_survives_a_power_cut(
+    tmp_path: object,
+) -> None:
+    """An open that made the store's directory and failed before syncing its name into the one above leaves a
+    directory that the next open finds existing: that open syncs the directory above too, or a power cut could
+    take the store away with every write it acknowledged."""
+    path = os.path.join(str(tmp_path), "db")
+    fs = FaultFS()
+    fs.makedirs(path)  # the earlier open's makedirs, and no sync after it
+    db = minilsm.DB(path, **small_options(fs=fs))
+    db.put(b"k", b"v", sync=True)
+    crash(db)
+    fs.crash()
+    with minilsm.DB(path, **small_options(create_if_missing=False)) as db:
+        assert db.get(b"k") == b"v"
+
+
 class _UnreadableAbove(FileSystem):
     """Refuses to sync directory `above` as ``open(2)`` refuses a directory of mode 711 to a process that may
     search it but not read it (a parent owned by root holding the directory given to a service)."""

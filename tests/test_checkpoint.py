@@ -286,12 +286,25 @@ def test_a_target_that_cannot_be_taken_back_is_left_whole(db_path: str) -> None:
         assert dict(copy.iterator()) == model
 
 
-@pytest.mark.parametrize("where", ["the store is the staging directory", "a directory in the store", "a log's name"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "the store is the staging directory",
+        "a directory in the store",
+        "a log's name",
+        "the store opened through a symlink",
+    ],
+)
 def test_a_target_in_the_store_s_own_directory_is_refused_and_the_store_is_untouched(db_path: str, where: str) -> None:
     # Was: a store named like a staging directory lost every file to the clearing of a crash's leftovers, and a
     # target inside the store sat among its files (one named like a log made the store fail to open: replayed).
+    # A store opened by a symlink's name has its directory compared by its real path, not by the names given.
     path, target = db_path, os.path.join(db_path, "backup")
-    if where == "the store is the staging directory":
+    if where == "the store opened through a symlink":
+        os.makedirs(db_path)
+        path = db_path + "-link"
+        os.symlink(db_path, path)
+    elif where == "the store is the staging directory":
         target = os.path.join(os.path.dirname(db_path), "backup")
         path = target + STAGING_SUFFIX
     elif where == "a log's name":

@@ -556,6 +556,20 @@ def test_a_failed_checkpoints_cleanup_leaves_the_next_checkpoints_files_alone(db
     assert not os.path.exists(target + STAGING_SUFFIX)
 
 
+def test_a_file_where_the_staging_directory_goes_is_named_in_the_error_and_left_alone(db_path: str) -> None:
+    """A file of someone else's by the staging directory's name is in the way: the checkpoint fails at once naming
+    it (File exists), leaves it as it was, and does not say another checkpoint is at work there."""
+    target = db_path + "-copy"
+    in_the_way = target + STAGING_SUFFIX
+    Path(in_the_way).write_bytes(b"not ours")
+    with minilsm.DB(db_path, **small_options()) as db:
+        _load(db, 50)
+        with pytest.raises(minilsm.StoreIOError, match="File exists") as e:
+            db.checkpoint(target)
+        assert in_the_way in str(e.value) and "another checkpoint" not in str(e.value)
+    assert Path(in_the_way).read_bytes() == b"not ours" and not os.path.exists(target)
+
+
 def test_a_target_in_a_directory_that_does_not_exist_is_refused(db_path: str) -> None:
     # Was: the missing directories were made and never synced, so a power cut could take away a checkpoint that
     # had returned; and a checkpoint that failed left them behind.

@@ -556,6 +556,26 @@ def test_a_failed_checkpoints_cleanup_leaves_the_next_checkpoints_files_alone(db
     assert not os.path.exists(target + STAGING_SUFFIX)
 
 
+def test_a_target_made_while_the_checkpoint_fills_its_staging_directory_is_not_replaced(db_path: str) -> None:
+    """An empty directory made at the target while the tables are linked (another program's, or a mkdir -p)
+    would be replaced silently by the rename into place: the checkpoint refuses it as an existing target, leaves
+    it as it is, and leaves no staging directory."""
+    target = db_path + "-copy"
+
+    class MakesTheTarget(minilsm.fs.FileSystem):
+        def link(self, src: str, dst: str) -> None:
+            if not os.path.exists(target):
+                os.mkdir(target)
+            super().link(src, dst)
+
+    with minilsm.DB(db_path, **small_options(fs=MakesTheTarget())) as db:
+        _load(db, 300)
+        assert db.tables(), "no table to link: the test needs the target made meanwhile"
+        with pytest.raises(minilsm.ExistsError, match="this path exists"):
+            db.checkpoint(target)
+    assert os.listdir(target) == [] and not os.path.exists(target + STAGING_SUFFIX)
+
+
 def test_a_file_where_the_staging_directory_goes_is_named_in_the_error_and_left_alone(db_path: str) -> None:
     """A file of someone else's by the staging directory's name is in the way: the checkpoint fails at once naming
     it (File exists), leaves it as it was, and does not say another checkpoint is at work there."""

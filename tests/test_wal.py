@@ -131,6 +131,16 @@ def test_closed_writer_and_oversized_record(tmp_path: Path) -> None:
     assert repr(w) == "LogWriter(000002.log, size=26, closed)"
 
 
+def test_a_writer_given_a_name_says_it(tmp_path: Path) -> None:
+    """The manifest is written through a LogWriter numbered 0: its errors and repr name it MANIFEST, not a log
+    000000.log that does not exist."""
+    w = LogWriter(DEFAULT_FS.open_writable(str(tmp_path / "MANIFEST")), 0, name="MANIFEST")
+    w.close()
+    with pytest.raises(ClosedError, match="log MANIFEST is closed"):
+        w.add_record(b"late")
+    assert repr(w) == "LogWriter(MANIFEST, size=0, closed)"
+
+
 def test_empty_log() -> None:
     assert read_log(b"", PATH) == wal.LogReadResult([], 0, None)
 

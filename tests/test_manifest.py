@@ -237,6 +237,24 @@ def test_check_blames_the_manifest_as_the_open_does_when_its_torn_last_edit_was_
     assert report.ok and any(f.file == MANIFEST_NAME and "torn" in f.message for f in report.findings), report
 
 
+def test_check_blames_a_torn_last_edit_whose_log_the_store_deleted_as_the_open_does(tmp_path: Path) -> None:
+    """A flush's edit torn after it was acted on: the state before it names every table still there, but the log
+    the flush made obsolete is gone.  The open refuses the store naming the manifest; check must say the same,
+    not that a crash tore a tail that the next open drops."""
+    path = str(tmp_path / "db")
+    with minilsm.DB(path, **small_options(memtable_size=1 << 20)) as db:
+        db.put(b"k", b"v")
+        db.flush()  # the last edit: a table added, the log moved on, the old log deleted
+    manifest_path = os.path.join(path, MANIFEST_NAME)
+    Path(manifest_path).write_bytes(Path(manifest_path).read_bytes()[:-5])
+    with pytest.raises(CorruptionError, match="log") as e:
+        minilsm.DB(path, **small_options())
+    assert os.path.basename(e.value.path or "") == MANIFEST_NAME
+    report = check_store(path)
+    damage = [f for f in report.findings if f.damage]
+    assert [f.file for f in damage] == [MANIFEST_NAME] and ".log missing" in damage[0].message, report
+
+
 def test_an_edit_cut_short_by_a_failed_write_is_dropped_and_nothing_is_lost(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -256,6 +256,22 @@ def test_the_offline_tools_turn_a_failed_file_operation_into_store_io_error(path
     assert contents(path) == {b"k": b"v"}
 
 
+def test_a_directory_listing_that_fails_is_store_io_error_naming_the_store(path: str) -> None:
+    """The first listing, before the lock, fails as every later file operation of the tools does: StoreIOError
+    naming the store and what the tool would do (was a bare OSError only for this one call)."""
+    with minilsm.DB(path) as db:
+        db.put(b"k", b"v")
+
+    class UnlistableFS(minilsm.fs.FileSystem):
+        def listdir(self, p: str) -> list[str]:
+            raise OSError(errno.EIO, "Input/output error", p)
+
+    with pytest.raises(minilsm.StoreIOError, match=r"could not check the store: .*Input/output error") as e:
+        check_store(path, fs=UnlistableFS())
+    assert str(e.value).startswith(path)
+    assert contents(path) == {b"k": b"v"}
+
+
 @pytest.mark.parametrize(
     ("kind", "which", "err"),
     [

@@ -612,6 +612,17 @@ def test_check_compares_a_version_with_the_oldest_a_read_meets_before_it_not_the
     ), damage
 
 
+def test_destroy_removes_the_temporary_files_a_crash_left_and_then_the_directory(path: str) -> None:
+    """A crash leaves a table, a log or the manifest half made under a temporary name: those are the store's too,
+    and go with it, so the directory, empty then, goes as well."""
+    with minilsm.DB(path, **small_options()) as db:
+        db.put(b"k", b"v")
+    for leftover in ("MANIFEST.tmp", "000099.sst.tmp", "000098.log.tmp"):
+        Path(path, leftover).write_bytes(b"half made")
+    destroy_store(path)
+    assert not os.path.exists(path)
+
+
 def test_destroy_leaves_a_foreign_directory_named_like_a_table_and_removes_the_rest(path: str) -> None:
     """The store opens with a directory named like a table (it is no table of its manifest), so destroy must
     remove the store around it: removing it raised IsADirectoryError after the tables that sort before it were

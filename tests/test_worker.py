@@ -1092,3 +1092,28 @@ def reopen_with_a_working_worker(db_path: str, monkeypatch: pytest.MonkeyPatch, 
     finally:
         worker._shared.close()
     assert scratch_dirs(db_path) == []
+
+
+def test_only_failures_in_a_row_give_the_worker_up(db_path: str) -> None:
+    """`MAX_FAILURES` counts failures in a row: a job that succeeds between them starts the count again, so a
+    worker that fails now and then (killed by an out-of-memory killer once a day, say) keeps serving.  (Never
+    resetting the count survived every test: the mutation audit's V8.)"""
+    dies = [sys.executable, "-c", "import sys; sys.stdin.buffer.read(8); sys.exit(3)"]
+    w = worker.Worker(dies)
+    scratch = os.path.join(db_path, worker.scratch_name())
+    os.makedirs(scratch)
+    job = worker.FlushJob(scratch=scratch, memtable=random_memtable(1), snapshots=[], block_size=256, bits_per_key=10)
+    try:
+        for command in (dies, None, dies):
+            w.close()  # the next job starts a process of `command`
+            w._command = command
+            if command is None:  # the real worker: the job succeeds
+                assert [m.number for m in w.run(job, stats=Stats())] == [1]
+                os.remove(os.path.join(scratch, "000001.sst"))
+                continue
+            for _ in range(worker.MAX_FAILURES - 1):
+                with pytest.raises(worker.WorkerUnavailableError, match="exited with status 3"):
+                    w.run(job, stats=Stats())
+            assert not w.given_up
+    finally:
+        w.close()

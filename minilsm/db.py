@@ -971,7 +971,13 @@ class DB(_Writes, _Scans):
         )
 
     def _freeze_memtable(self) -> None:
-        """The memtable becomes immutable; new writes go to a new memtable and a new log."""
+        """The memtable becomes immutable; new writes go to a new memtable and a new log (mutex held).
+
+        Raises `ClosedError` (`ReadOnlyError`) on a store closing or closed (read-only), touching nothing: a caller
+        that waited with the mutex let go (`flush`, `_make_room`) may come back after close() closed the log,
+        whose `ClosedError` would otherwise be recorded below as a failure of the store.
+        """
+        self._check_writable()
         old_log = self._log
         try:
             # The new log's writes may be synced while this memtable waits for its flush:
@@ -1206,9 +1212,11 @@ class DB(_Writes, _Scans):
         waits for an earlier memtable's flush.  With ``background=False`` it then also runs any compaction due.
         """
         with self._mutex:
+            # Asked again after every wait: the mutex was let go, and a close() may have closed the log meanwhile.
             self._check_writable()
             while self._imm is not None:
                 self._wait_for_background()
+                self._check_writable()
             if self._mem.empty:
                 return
             self._freeze_memtable()

@@ -387,6 +387,86 @@ def test_a_read_prefers_the_memtable_to_the_memtable_being_flushed(db_path: str)
     db.close()
 
 
+@pytest.mark.parametrize("written_meanwhile", [True, False], ids=["memtable-written", "memtable-empty"])
+def test_a_flush_that_waited_for_the_previous_one_and_wakes_after_close_raises_closed_error(
+    db_path: str, written_meanwhile: bool
+) -> None:
+    """flush() waits for the background thread's flush of the memtable frozen before it; close() begins and wakes
+    it, but on a loaded machine the mutex goes first to the background thread, which finishes that flush, and to
+    close(), which closes the log.  The waiter, back at last, finds no frozen memtable: it must not freeze the
+    memtable written meanwhile into the closed log (that failed with ClosedError from the log, recorded as a
+    failure of the store: the slow thread stress test's "starting a new memtable and log failed: log ... is
+    closed"), nor return as if it had flushed an empty one.  It gets ClosedError, as close() says a flush in
+    another thread does, and the store records no failure."""
+    fs = GateFS(1)  # the first table, the flush of the first memtable, is held at the gate
+    db = minilsm.DB(db_path, **small_options(fs=fs, background=True))
+    db.put(b"a", b"1")
+    first, first_outcome = in_thread(db.flush)
+    assert fs.reached.wait(10), "the flush never started"
+    if written_meanwhile:
+        db.put(b"b", b"2")  # in the new memtable: the late flush has something to freeze
+    waiting, woke, resume = threading.Event(), threading.Event(), threading.Event()
+    late_outcome: list[BaseException | None] = []
+
+    def late_flush() -> None:
+        try:
+            db.flush()
+            late_outcome.append(None)
+        except BaseException as e:
+            late_outcome.append(e)
+
+    late = threading.Thread(target=late_flush, daemon=True)
+    real_wait = db._cond.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        if threading.current_thread() is late:
+            waiting.set()
+        woken = real_wait(timeout)
+        if threading.current_thread() is late and db._closing and not woke.is_set():
+            # Woken by close(), but the other threads take the mutex before this one is scheduled again.
+            db._mutex.release()
+            woke.set()
+            try:
+                resume.wait(10)
+            finally:
+                db._mutex.acquire()
+        return woken
+
+    db._cond.wait = wait  # type: ignore[method-assign]
+    late.start()
+    assert waiting.wait(10), "the late flush never waited for the first"
+    closer = threading.Thread(target=db.close, daemon=True)
+    closer.start()
+    assert woke.wait(10), "close() never woke the waiting flush"
+    fs.gate.set()  # the first flush ends, then close() closes the files
+    closer.join(10)
+    assert not closer.is_alive(), "close() hangs"
+    resume.set()
+    late.join(10)
+    first.join(10)
+    assert not late.is_alive() and not first.is_alive(), "a flush hangs after close()"
+    assert len(late_outcome) == 1 and isinstance(late_outcome[0], minilsm.ClosedError), late_outcome
+    assert db._bg_error is None, db._bg_error
+    assert str(late_outcome[0]).endswith("the store is closed"), late_outcome
+    assert len(first_outcome) == 1 and isinstance(first_outcome[0], minilsm.ClosedError), first_outcome
+    with minilsm.DB(db_path, **small_options()) as db:
+        assert (db.get(b"a"), db.get(b"b")) == (b"1", b"2" if written_meanwhile else None)
+
+
+@pytest.mark.parametrize("background", [True, False], ids=["background", "inline"])
+def test_freezing_the_memtable_of_a_closed_store_raises_closed_error_and_records_no_failure(
+    db_path: str, background: bool
+) -> None:
+    """`_freeze_memtable` itself refuses a store closed (or closing) before it touches the log, whichever caller
+    came back to it after a wait: the closed log's own ClosedError would be taken for a failed write."""
+    db = minilsm.DB(db_path, **small_options(background=background))
+    db.put(b"a", b"1")
+    db.close()
+    with db._mutex, pytest.raises(minilsm.ClosedError, match="the store is closed"):
+        db._freeze_memtable()
+    assert db._bg_error is None, db._bg_error
+
+
 def test_close_stops_a_flush_waiting_in_another_thread(db_path: str) -> None:
     """close() while flush() waits for the background thread: the flush gets ClosedError, it does not hang."""
     db, fs = store_with_compaction_at_the_gate(db_path)

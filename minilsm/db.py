@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import gc
 import logging
 import os
@@ -70,7 +69,7 @@ from minilsm.errors import (
     ReadOnlyError,
     StoreIOError,
 )
-from minilsm.fs import FileLock, FileSystem, LockedInThisProcessError
+from minilsm.fs import NO_WRITE_ACCESS, FileLock, FileSystem, LockedInThisProcessError
 from minilsm.iterators import Entry, ScanHandle, concat, merge_visible, prefix_bounds, restate_closed
 from minilsm.keys import KIND_DELETE, KIND_VALUE, MAX_KEY_SIZE, MAX_VALUE_SIZE, BytesLike, check_key, check_value
 from minilsm.manifest import (
@@ -445,7 +444,7 @@ class DB(_Writes, _Scans):
                 raise
         except OSError as e:
             # Every file operation of an open (and of the recovery it runs) reports as a minilsm error.
-            hint = _NO_WRITE_HINT if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+            hint = _NO_WRITE_HINT if e.errno in NO_WRITE_ACCESS else ""
             raise StoreIOError(f"{path}: opening the store failed: {e}{hint}") from e
         self._closed = False
         _open_stores.add(self)

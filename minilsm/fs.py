@@ -334,6 +334,11 @@ unsynced when the process died, would read as a zero tail, acknowledged writes l
 large; reading 256 MiB costs a fraction of a second."""
 
 
+NO_WRITE_ACCESS: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+"""The errors of a write refused for want of access (a file or directory of another user's, a read-only mount),
+not for the file's state."""
+
+
 def _read_all(f: Any, path: str, size: int) -> bytes:
     """``f.read(size)``, a `MemoryError` turned into `OSError` ENOMEM naming `path` (a file too large to hold)."""
     try:
@@ -506,7 +511,7 @@ class _PosixFileLock:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            if e.errno not in NO_WRITE_ACCESS:
                 raise
             # A LOCK this user may only read (another user's store, a read-only mount): flock needs no write
             # access, so an offline tool that only reads (`minilsm check`) may still hold it; an open of the store

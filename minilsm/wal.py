@@ -243,8 +243,9 @@ def _run_into_hole(data: bytes, pos: int, zeros_after: int, max_record_size: int
         left = end - max(n, pos + HEADER_SIZE)
         zeros = bytes(min(left, 1 << 20))
         while left:
-            digest.update(zeros[: min(left, len(zeros))])
-            left -= min(left, len(zeros))
+            step = min(left, len(zeros))
+            digest.update(zeros[:step])
+            left -= step
         return end - n if digest.intdigest() == checksum else 0
     return 0
 
